@@ -1,0 +1,10 @@
+"""specdec-lab: speculative decoding, built step by step and tested.
+
+The notebooks in `notebooks/` derive every piece; this package holds the final versions.
+"""
+
+__version__ = "0.1.0"
+
+# The one place the repository address lives. `python tools/nbtool.py stamp` writes it into
+# the Colab badges and the setup cell of every notebook; a test checks they agree.
+REPO_URL = "https://github.com/specdec-lab/specdec-lab"

@@ -1,0 +1,349 @@
+"""Train the embedded model zoo: a byte-level BPE tokenizer, a target and a draft model.
+
+Everything here runs on a 2-core CPU in well under 90 minutes:
+
+    specdec-lab train-zoo                 # tokenizer, target, distilled draft, model card
+    specdec-lab train-zoo --measure-only  # re-measure the card's figures from the shipped weights
+
+The corpus is the Python standard library of the running interpreter (tests excluded), split by
+file into train and validation. Training is resumable: interrupt it and run the command again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import sysconfig
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+SEQ_LEN = 384
+VOCAB_SIZE = 4096
+EOS = "<|endoftext|>"
+ZOO_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"
+
+
+@dataclass
+class ModelSpec:
+    hidden: int
+    layers: int
+    heads: int
+    mlp: int
+    tokens: int  # training tokens
+    lr: float
+    batch: int  # sequences of SEQ_LEN per step
+
+
+TARGET = ModelSpec(hidden=256, layers=6, heads=4, mlp=768, tokens=5_500_000, lr=2e-3, batch=12)
+DRAFT = ModelSpec(hidden=128, layers=2, heads=2, mlp=384, tokens=3_000_000, lr=3e-3, batch=12)
+
+
+# ----------------------------------------------------------------------------- corpus
+def corpus_files() -> tuple[list[Path], list[Path]]:
+    """Standard-library .py files (no tests), split by a hash of the relative path: ~5% validation."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+    train, val = [], []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if skip & set(rel.parts) or rel.name.startswith("test_"):
+            continue
+        bucket = int(hashlib.sha1(str(rel).encode()).hexdigest(), 16) % 20
+        (val if bucket == 0 else train).append(p)
+    return train, val
+
+
+def read_texts(files: list[Path]) -> list[str]:
+    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+
+
+# -------------------------------------------------------------------------- tokenizer
+def train_tokenizer(texts: list[str], out_dir: Path):
+    """Byte-level BPE over the training texts, saved so AutoTokenizer loads it offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=None,
+                                   pad_token=EOS, model_max_length=1024)
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def token_stream(texts: list[str], tokenizer) -> torch.Tensor:
+    """All texts concatenated, each followed by EOS: [N] int64."""
+    eos = tokenizer.eos_token_id
+    ids: list[int] = []
+    for enc in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]:
+        ids.extend(enc)
+        ids.append(eos)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def val_windows(val_ids: torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """Non-overlapping windows of SEQ_LEN from the validation stream: [n, SEQ_LEN]."""
+    k = len(val_ids) // SEQ_LEN
+    w = val_ids[: k * SEQ_LEN].view(k, SEQ_LEN)
+    return w if n is None else w[:n]
+
+
+# ----------------------------------------------------------------------------- models
+def make_model(spec: ModelSpec, tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec.hidden, num_hidden_layers=spec.layers,
+                      num_attention_heads=spec.heads, num_key_value_heads=spec.heads,
+                      intermediate_size=spec.mlp, max_position_embeddings=1024, rope_theta=10000.0,
+                      tie_word_embeddings=True, bos_token_id=tokenizer.eos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
+    return LlamaForCausalLM(cfg)
+
+
+def batch_at(step: int, train_ids: torch.Tensor, batch: int, seed: int) -> torch.Tensor:
+    """The training batch of a given step, a pure function of (seed, step) so resuming is exact."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    starts = torch.randint(0, len(train_ids) - SEQ_LEN - 1, (batch,), generator=g)
+    return torch.stack([train_ids[s: s + SEQ_LEN] for s in starts.tolist()])  # [B, T]
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def val_loss(model, windows: torch.Tensor, batch: int = 16) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch):
+        x = windows[i: i + batch]
+        logits = model(input_ids=x).logits[:, :-1].float()  # [B, T-1, V]
+        total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1),
+                                 reduction="sum").item()
+        count += x[:, 1:].numel()
+    return total / count
+
+
+def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, teacher=None,
+          seed: int = 0):
+    """Train one model with AdamW and a cosine schedule; resumes from work/<name>.pt.
+
+    With a teacher, the loss is half cross-entropy, half KL(teacher || student) at temperature 1:
+    the draft learns the target's whole next-token distribution, which raises agreement.
+    """
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    model = make_model(spec, tokenizer)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    steps = spec.tokens // (spec.batch * SEQ_LEN)
+    ckpt = work / f"{name}.pt"
+    state = {"step": 0, "seconds": 0.0, "log": []}
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+        print(f"[{name}] resuming at step {state['step']}/{steps}")
+    bar = tqdm(total=steps, initial=state["step"], desc=f"train {name}", unit="step", mininterval=5)
+    t0 = time.time() - state["seconds"]
+    while state["step"] < steps:
+        model.train()
+        step = state["step"]
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, spec.lr)
+        x = batch_at(step, train_ids, spec.batch, seed)  # [B, T]
+        logits = model(input_ids=x).logits[:, :-1]  # [B, T-1, V]
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+        if teacher is not None:
+            with torch.no_grad():
+                t_logp = F.log_softmax(teacher(input_ids=x).logits[:, :-1], -1)  # [B, T-1, V]
+            kl = F.kl_div(F.log_softmax(logits, -1), t_logp, log_target=True, reduction="none").sum(-1).mean()
+            loss = 0.5 * loss + 0.5 * kl
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state["step"] += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if state["step"] % 100 == 0 or state["step"] == steps:
+            state["seconds"] = time.time() - t0
+            vl = val_loss(model, val_w[:32])
+            state["log"].append((state["step"], round(loss.item(), 4), round(vl, 4)))
+            bar.write(f"[{name}] step {state['step']}/{steps} train {loss.item():.3f} val {vl:.3f} "
+                      f"({state['seconds'] / 60:.1f} min)")
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+    bar.close()
+    model.eval()
+    state["tokens"] = steps * spec.batch * SEQ_LEN
+    return model, state
+
+
+# -------------------------------------------------------------------------- measuring
+@torch.no_grad()
+def agreement(target, draft, windows: torch.Tensor, batch: int = 16) -> float:
+    """Fraction of validation positions where the draft's argmax equals the target's."""
+    same, total = 0, 0
+    for i in range(0, len(windows), batch):
+        x = windows[i: i + batch]
+        same += (target(input_ids=x).logits.argmax(-1) == draft(input_ids=x).logits.argmax(-1)).sum().item()
+        total += x.numel()
+    return same / total
+
+
+@torch.no_grad()
+def decode_step_ms(model, context: int = 128, steps: int = 50, repeats: int = 5) -> float:
+    """Median latency of one cached single-token forward (the decode step) at a given context."""
+    from specdec_lab import lm
+
+    ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(0))
+    times = []
+    for _ in range(repeats):
+        cache = lm.new_cache(model)
+        lm.forward(model, ids, cache)
+        tok = ids[:, -1:]
+        for _ in range(steps):
+            t = time.perf_counter()
+            lm.forward(model, tok, cache)
+            times.append(time.perf_counter() - t)
+            lm.crop(cache, context)
+    times.sort()
+    return 1e3 * times[len(times) // 2]
+
+
+@torch.no_grad()
+def samples(model, tokenizer, prompts: list[str], new_tokens: int = 60) -> list[str]:
+    out = []
+    for p in prompts:
+        ids = tokenizer(p, return_tensors="pt").input_ids
+        gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False,
+                             pad_token_id=tokenizer.eos_token_id)
+        out.append(p + tokenizer.decode(gen[0, ids.shape[1]:]))
+    return out
+
+
+SAMPLE_PROMPTS = ["def is_palindrome(s):\n", "class Stack:\n    def __init__(self):\n",
+                  "import os\n\n\ndef list_python_files(root):\n"]
+
+
+def measure(zoo_dir: Path = ZOO_DIR, n_val: int = 200) -> dict:
+    """Every figure of the model card, measured from the shipped weights."""
+    from specdec_lab import zoo
+
+    torch.manual_seed(0)
+    target, draft, tok = zoo.load_pair(str(zoo_dir))
+    _, val_files = corpus_files()
+    val_ids = token_stream(read_texts(val_files), tok)
+    w = val_windows(val_ids)
+    idx = torch.linspace(0, len(w) - 1, min(n_val, len(w))).long()
+    w = w[idx]
+    t_ms, d_ms = decode_step_ms(target), decode_step_ms(draft)
+    return {
+        "val_windows": len(w), "val_tokens": int(w.numel()),
+        "target_val_loss": round(val_loss(target, w), 4), "draft_val_loss": round(val_loss(draft, w), 4),
+        "target_val_loss_slice8": round(val_loss(target, val_windows(val_ids, 8)), 4),
+        "draft_val_loss_slice8": round(val_loss(draft, val_windows(val_ids, 8)), 4),
+        "greedy_agreement": round(agreement(target, draft, w), 4),
+        "target_step_ms": round(t_ms, 3), "draft_step_ms": round(d_ms, 3), "c": round(d_ms / t_ms, 3),
+        "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+        "target_samples": samples(target, tok, SAMPLE_PROMPTS),
+    }
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
+    """The model card: a README.md (for people) and card.json (for tests and notebooks)."""
+    card = {"figures": figures, "training": training}
+    (zoo_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    f, t = figures, training
+    lines = [
+        "# The embedded `tiny` zoo: a target and a draft that share a tokenizer",
+        "",
+        "Two small Llama-architecture causal LMs trained from scratch on the Python standard library",
+        f"(Python {t['python']}, tests excluded; {t['train_files']} training files, {t['val_files']} "
+        "validation files, split by a hash of the path). Regenerate everything with `specdec-lab train-zoo`;",
+        "re-measure these figures from the shipped weights with `specdec-lab train-zoo --measure-only`.",
+        "",
+        "| | target | draft |",
+        "|---|---|---|",
+        f"| architecture | {t['target']['spec']['layers']} layers, hidden {t['target']['spec']['hidden']}, "
+        f"{t['target']['spec']['heads']} heads, MLP {t['target']['spec']['mlp']} | "
+        f"{t['draft']['spec']['layers']} layers, hidden {t['draft']['spec']['hidden']}, "
+        f"{t['draft']['spec']['heads']} heads, MLP {t['draft']['spec']['mlp']} |",
+        f"| parameters | {t['target']['params'] / 1e6:.2f}M | {t['draft']['params'] / 1e6:.2f}M |",
+        f"| tokens seen | {t['target']['tokens'] / 1e6:.1f}M | {t['draft']['tokens'] / 1e6:.1f}M "
+        "(distilled from the target) |",
+        f"| training time (this CPU) | {t['target']['seconds'] / 60:.1f} min | {t['draft']['seconds'] / 60:.1f} min |",
+        f"| validation loss (nats/token, {f['val_tokens']:,} tokens) | {f['target_val_loss']:.3f} | "
+        f"{f['draft_val_loss']:.3f} |",
+        f"| decode step, 1 token at context 128 ({f['threads']} threads) | {f['target_step_ms']:.2f} ms | "
+        f"{f['draft_step_ms']:.2f} ms |",
+        "",
+        f"- Vocabulary: {t['vocab']} byte-level BPE tokens (`{EOS}` ends each file); sequence length {SEQ_LEN}.",
+        f"- Greedy next-token agreement of draft with target on validation: **{f['greedy_agreement']:.3f}**.",
+        f"- Cost ratio c = draft step / target step on this machine: **{f['c']:.3f}**.",
+        "",
+        "## Target samples (greedy, 60 new tokens)",
+        "",
+    ]
+    for s in f["target_samples"]:
+        lines += ["```python", s, "```", ""]
+    (zoo_dir / "README.md").write_text("\n".join(lines))
+
+
+def main(work: Path, measure_only: bool = False, train_only: bool = False) -> None:
+    zoo_dir = ZOO_DIR
+    if not measure_only:
+        work.mkdir(parents=True, exist_ok=True)
+        t_start = time.time()
+        train_files, val_files = corpus_files()
+        print(f"corpus: {len(train_files)} train files, {len(val_files)} validation files")
+        tok_dir = work / "tokenizer"
+        if not (tok_dir / "tokenizer.json").exists():
+            train_tokenizer(read_texts(train_files), tok_dir)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tok_dir)
+        train_ids = token_stream(read_texts(train_files), tok)
+        val_w = val_windows(token_stream(read_texts(val_files), tok))
+        print(f"tokens: {len(train_ids):,} train, {val_w.numel():,} validation")
+        target, t_state = train("target", TARGET, tok, train_ids, val_w, work)
+        for p in target.parameters():
+            p.requires_grad_(False)
+        draft, d_state = train("draft", DRAFT, tok, train_ids, val_w, work, teacher=target, seed=1)
+        for name, model in [("target", target), ("draft", draft)]:
+            model.save_pretrained(zoo_dir / name, safe_serialization=True)
+            tok.save_pretrained(zoo_dir / name)
+        training = {
+            "python": platform.python_version(), "train_files": len(train_files), "val_files": len(val_files),
+            "vocab": len(tok), "seq_len": SEQ_LEN, "wall_minutes": round((time.time() - t_start) / 60, 1),
+            "target": {"spec": asdict(TARGET), "params": n_params(target), "tokens": t_state["tokens"],
+                       "seconds": round(t_state["seconds"], 1), "log": t_state["log"]},
+            "draft": {"spec": asdict(DRAFT), "params": n_params(draft), "tokens": d_state["tokens"],
+                      "seconds": round(d_state["seconds"], 1), "log": d_state["log"]},
+        }
+        (zoo_dir / "card.json").write_text(json.dumps({"figures": None, "training": training}, indent=2) + "\n")
+        if train_only:
+            return
+    training = json.loads((zoo_dir / "card.json").read_text())["training"]
+    figures = measure(zoo_dir)
+    print(json.dumps({k: v for k, v in figures.items() if k != "target_samples"}, indent=2))
+    write_card(zoo_dir, figures, training)
