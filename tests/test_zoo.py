@@ -1,0 +1,105 @@
+"""The embedded zoo: loads offline, reaches its recorded validation loss, and bad pairs fail clearly."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from specdec_lab import train_zoo, zoo
+
+TINY = zoo.EMBEDDED["tiny"]
+CARD = json.loads((TINY / "card.json").read_text())
+LOSS_TOL = 0.02  # nats/token: the same weights on the same windows; allows other CPUs' float rounding
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return zoo.load_pair("tiny", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def val_ids(pair):
+    _, val_files = train_zoo.corpus_files()
+    return train_zoo.token_stream(train_zoo.read_texts(val_files), pair[2])
+
+
+def test_weights_ship_inside_the_package_under_40_mb():
+    files = list(TINY.rglob("*.safetensors"))
+    assert {f.parent.name for f in files} == {"target", "draft"}
+    total = sum(f.stat().st_size for f in files)
+    assert total < 40e6, f"shipped weights are {total / 1e6:.1f} MB; the budget is 40 MB"
+
+
+def test_plain_transformers_loads_the_embedded_models_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tok = AutoTokenizer.from_pretrained(TINY / "target")
+    model = AutoModelForCausalLM.from_pretrained(TINY / "draft")
+    assert isinstance(model, LlamaForCausalLM) and len(tok) == model.config.vocab_size
+
+
+def test_pair_shares_a_tokenizer_and_is_ready(pair):
+    target, draft, tok = pair
+    assert target.config.vocab_size == draft.config.vocab_size == len(tok)
+    assert not target.training and not draft.training
+    assert target.dtype == draft.dtype == torch.float32
+    assert sum(p.numel() for p in draft.parameters()) < sum(p.numel() for p in target.parameters()) / 4
+
+
+@pytest.mark.parametrize("which", ["target", "draft"])
+def test_shipped_weights_reach_recorded_validation_loss(pair, val_ids, which):
+    model = pair[0] if which == "target" else pair[1]
+    loss = train_zoo.val_loss(model, train_zoo.val_windows(val_ids, 8))
+    recorded = CARD["figures"][f"{which}_val_loss_slice8"]
+    assert abs(loss - recorded) < LOSS_TOL, (
+        f"{which} validation loss on the 8-window slice is {loss:.4f}, the card records {recorded:.4f}: "
+        "the shipped weights or the tokenizer changed; re-run `specdec-lab train-zoo --measure-only`.")
+
+
+def test_card_meets_the_zoo_targets():
+    f = CARD["figures"]
+    assert f["greedy_agreement"] >= 0.6 and f["c"] <= 0.25
+    assert f["target_val_loss"] < f["draft_val_loss"]
+
+
+def test_offline_hub_name_gives_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match=r"load_pair\('tiny'\)"):
+        zoo.load_pair(("no-such-org/no-such-model-1", "no-such-org/no-such-model-2"), device="cpu")
+
+
+def test_unknown_name_is_rejected():
+    with pytest.raises(ValueError, match="unknown pair"):
+        zoo.load_pair("tinyy")
+
+
+def _other_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.train_from_iterator(["a completely different corpus"] * 10, trainers.BpeTrainer(vocab_size=300))
+    return PreTrainedTokenizerFast(tokenizer_object=t)
+
+
+def test_mismatched_tokenizers_are_rejected(pair):
+    target, draft, tok = pair
+    with pytest.raises(ValueError, match="different tokenizers"):
+        zoo.check_pair(target, draft, tok, _other_tokenizer())
+
+
+def test_padded_vocabulary_is_rejected(pair):
+    target, _, tok = pair
+    padded = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok) + 64, hidden_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=64))
+    with pytest.raises(ValueError, match="padded vocabularies"):
+        zoo.check_pair(target, padded, tok, tok)
+
+
+def test_check_command_reports_the_zoo(capsys):
+    from specdec_lab.__main__ import main
+
+    assert main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert "torch" in out and "zoo 'tiny'    loads" in out
