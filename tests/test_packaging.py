@@ -2,12 +2,13 @@
 
 import re
 import subprocess
-import pytest
-
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 from pathlib import Path
 
+import pytest
+
 from specdec_lab import REPO_URL
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parents[1]
 
