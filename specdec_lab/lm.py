@@ -1,0 +1,123 @@
+"""A thin adapter over Hugging Face causal LMs: cached forward with positions, a 4D mask and hidden states;
+KV-cache crop and gather.
+
+The cache invariant used throughout the course: the cache holds every committed token EXCEPT the last one,
+which is the next token fed to the model. After verification we `crop` (chain) or `gather` (tree) the cache
+back to the committed prefix, so cache_len(cache) == len(committed) - 1 before every forward.
+
+This is the only module that knows about transformers versions (tests pass on 4.53 to 5.24):
+  * forward keyword: `cache=` from late 5.2x (`past_key_values=` then warns), `past_key_values=` before
+    (4.x and 5.0 to 5.20): read from the model's own forward signature;
+  * `Cache.crop`: 4.x and early 5.x take an absolute length or a negative count; from about 5.15 a positive
+    value warns, by 5.20 it raises: we always pass the negative count of positions to remove;
+  * per-layer tensors: >= 4.54 `cache.layers[i].keys/.values`, older `cache.key_cache[i]/.value_cache[i]`;
+  * `DynamicCache(config=...)` exists from 4.56 (it picks sliding/hybrid layer types).
+Every version passes a user-supplied 4D mask through unchanged, to eager and SDPA alike. Eager ADDS it
+to the scores (a bool mask there silently masks nothing); SDPA takes bool or additive float. So we always
+pass the additive float form (0 = attend, finfo(dtype).min = blocked) in the model's dtype.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d"]
+
+
+def _cache_keyword(model) -> str:
+    """'cache' on late 5.2x, 'past_key_values' before (read from the model's own forward signature)."""
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def new_cache(model) -> DynamicCache:
+    """An empty KV cache for `model`."""
+    if "config" in inspect.signature(DynamicCache.__init__).parameters:  # >= 4.56
+        return DynamicCache(config=model.config)
+    return DynamicCache()
+
+
+def cache_len(cache) -> int:
+    """Number of positions held in the cache (0 for None)."""
+    return 0 if cache is None else int(cache.get_seq_length())
+
+
+def attention_mask_4d(mask: torch.Tensor | None, batch: int, past: int, n: int,
+                      dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask [B, 1, n, past + n]: 0 where a new token may attend, finfo(dtype).min where not.
+
+    `mask` [n, n] or [B, n, n], True = may attend, says which NEW tokens see which; None = causal.
+    Every cached position is visible to every new token.
+    """
+    if mask is None:
+        mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()                 # [n, n] causal
+    mask = mask.to(device=device, dtype=torch.bool).expand(batch, n, n)                 # [B, n, n]
+    seen = torch.ones(batch, n, past, dtype=torch.bool, device=device)                  # [B, n, past]
+    allowed = torch.cat([seen, mask], dim=-1)[:, None]                                  # [B, 1, n, past+n]
+    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=device)
+    return torch.where(allowed, torch.zeros((), dtype=dtype, device=device), blocked)   # [B, 1, n, past+n]
+
+
+def forward(model, ids: torch.Tensor, cache=None, positions: torch.Tensor | None = None,
+            mask: torch.Tensor | None = None, hidden: bool = False):
+    """Run `model` on new tokens `ids` [B, n], extending `cache` in place (None: plain uncached forward).
+
+    positions: absolute position ids [n] or [B, n]; default cache_len(cache) + arange(n).
+    mask: bool [n, n] or [B, n, n], True = new token i may attend to new token j (e.g. a tree mask);
+          the cached prefix is always visible. None with default positions = ordinary causal attention.
+    Returns logits [B, n, V] as float32; with hidden=True, (logits, hidden_states) where hidden_states is
+    HF's tuple of num_layers + 1 tensors [B, n, H]: [0] = input to the first layer (embeddings), [i] =
+    output of layer i, [-1] = output of the last layer AFTER the final norm (what the LM head reads).
+    Call under torch.no_grad() for inference.
+    """
+    B, n = ids.shape
+    past = cache_len(cache)
+    kwargs = {}
+    if positions is not None:
+        positions = torch.as_tensor(positions, device=ids.device).reshape(-1, n).expand(B, n)  # [B, n]
+        kwargs["position_ids"] = positions
+    if mask is not None or positions is not None:
+        # Explicit positions get an explicit mask too: without one, 5.x reads non-consecutive position ids
+        # of an uncached call as packed sequences and masks across them.
+        if model.config._attn_implementation not in ("eager", "sdpa"):
+            raise ValueError(f"custom masks need attn_implementation 'eager' or 'sdpa', "
+                             f"not {model.config._attn_implementation!r}")
+        kwargs["attention_mask"] = attention_mask_4d(mask, B, past, n, model.dtype, ids.device)  # [B,1,n,past+n]
+    if cache is not None:
+        kwargs[_cache_keyword(model)] = cache
+    out = model(input_ids=ids, use_cache=cache is not None, output_hidden_states=hidden, **kwargs)
+    logits = out.logits.float()                                                          # [B, n, V]
+    return (logits, tuple(out.hidden_states)) if hidden else logits
+
+
+def crop(cache, length: int) -> None:
+    """Keep the first `length` cached positions (no-op if length >= cache_len)."""
+    remove = cache_len(cache) - length
+    if remove > 0:
+        cache.crop(-remove)      # a negative count: required by 5.20+, accepted since 4.x
+
+
+def gather(cache, indices) -> None:
+    """Keep only the cached positions `indices` (1D, ascending absolute positions), in every layer."""
+    idx = torch.as_tensor(indices, dtype=torch.long).reshape(-1)                         # [k]
+    if not bool((idx[1:] > idx[:-1]).all()):
+        raise ValueError(f"gather indices must be strictly ascending, got {idx.tolist()}")
+    if hasattr(cache, "layers"):                               # >= 4.54: cache.layers[i].keys / .values
+        for layer in cache.layers:
+            if getattr(layer, "is_sliding", False):
+                raise NotImplementedError("gather does not support sliding-window cache layers")
+            if layer.keys is None or layer.keys.numel() == 0:
+                continue
+            j = idx.to(layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, j)                                  # [B, h, k, d]
+            layer.values = layer.values.index_select(-2, j)                              # [B, h, k, d]
+    else:                                                      # 4.53: key_cache / value_cache lists
+        for i, keys in enumerate(cache.key_cache):
+            if keys.numel() == 0:
+                continue
+            j = idx.to(keys.device)
+            cache.key_cache[i] = keys.index_select(-2, j)                                # [B, h, k, d]
+            cache.value_cache[i] = cache.value_cache[i].index_select(-2, j)              # [B, h, k, d]
+        cache._seen_tokens = len(idx)                          # 4.53 keeps a tally that crop resets too
