@@ -11,7 +11,8 @@ This is the only module that knows about transformers versions (tests pass on 4.
   * `Cache.crop`: 4.x and early 5.x take an absolute length or a negative count; from about 5.15 a positive
     value warns, by 5.20 it raises: we always pass the negative count of positions to remove;
   * per-layer tensors: >= 4.54 `cache.layers[i].keys/.values`, older `cache.key_cache[i]/.value_cache[i]`;
-  * `DynamicCache(config=...)` exists from 4.56 (it picks sliding/hybrid layer types).
+  * `DynamicCache(config=...)` exists from 4.56 (it picks sliding/hybrid layer types);
+  * `from_pretrained(dtype=...)` from 4.56; `torch_dtype=` before (and deprecated after).
 Every version passes a user-supplied 4D mask through unchanged, to eager and SDPA alike. Eager ADDS it
 to the scores (a bool mask there silently masks nothing); SDPA takes bool or additive float. So we always
 pass the additive float form (0 = attend, finfo(dtype).min = blocked) in the model's dtype.
@@ -21,9 +22,16 @@ from __future__ import annotations
 import inspect
 
 import torch
+import transformers
 from transformers import DynamicCache
 
-__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d"]
+__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs"]
+
+
+def dtype_kwargs(dtype: torch.dtype) -> dict:
+    """The keyword that sets the weights' dtype in `from_pretrained`: `dtype` from 4.56, `torch_dtype` before."""
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
 def _cache_keyword(model) -> str:

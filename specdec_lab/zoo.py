@@ -42,7 +42,9 @@ def _load_one(name_or_path: str, device: str, dtype: torch.dtype):
     """(model, tokenizer) from a local folder, the local Hub cache, or the Hub; clear error when offline."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs = {"dtype": dtype}
+    from specdec_lab import lm
+
+    kwargs = lm.dtype_kwargs(dtype)
     if Path(name_or_path).is_dir():
         sources = [dict(local_files_only=True)]
     else:
