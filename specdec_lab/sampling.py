@@ -164,12 +164,15 @@ def _as_probs(name: str, x, ndim: int | None = None, shape: str = "[..., V]", si
     sums = x.sum(-1)  # [...]
     low_sum, high_sum = torch.aminmax(sums)
     if float(x.min()) >= 0 and 1 - SUM_TOL <= float(low_sum) and float(high_sum) <= 1 + SUM_TOL:
-        return x  # the common case; NaN fails these comparisons and is diagnosed below
-    if not torch.isfinite(x).all():
-        raise ValueError(f"{name} has NaN or infinite entries")
+        return x  # the common case; NaN and inf fail these comparisons and are diagnosed below
+    if torch.isnan(x).any():
+        raise ValueError(f"{name} has NaN entries")
     if (x < 0).any():
         where = tuple((x < 0).nonzero()[0].tolist())
-        raise ValueError(f"{name} has a negative entry {x[where].item():.4g} at index {list(where)}")
+        raise ValueError(
+            f"{name} has a negative entry {x[where].item():.4g} at index {list(where)}: probabilities are "
+            ">= 0 (logits and log-probabilities are not probabilities)"
+        )
     where = tuple(((sums - 1).abs() > SUM_TOL).nonzero()[0].tolist())
     row = f" row {list(where)}" if where else ""
     raise ValueError(
