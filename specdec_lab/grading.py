@@ -81,7 +81,7 @@ def check(condition: bool, hint: str) -> None:
         raise AssertionError(hint)
 
 
-def _tokens(fn: Callable, *args) -> int:
+def _token(fn: Callable, *args) -> int:
     """Call a learner's sampler and insist on one token id."""
     out = call(fn, *args)
     try:
@@ -195,14 +195,14 @@ def check_accept_or_replace(accept_or_replace: Callable) -> None:
         torch.manual_seed(0)  # in case the learner's code uses the global generator
         g = _generator(3)
         for x in (1, 3):  # p(x) > q(x), p(x) == q(x): always accepted
-            outs = [_tokens(fn, p, q, x, g) for _ in range(200)]
+            outs = [_token(fn, p, q, x, g) for _ in range(200)]
             check(all(o == x for o in outs), f"with {shown} and x={x}: p(x) >= q(x), so x must always be accepted, "
                   f"but {sum(o != x for o in outs)} of 200 calls returned something else")
-        outs = [_tokens(fn, p, q, 2, g) for _ in range(300)]
+        outs = [_token(fn, p, q, 2, g) for _ in range(300)]
         check(2 not in outs, f"with {shown} and x=2: p(2) = 0, but x was accepted {outs.count(2)} times in 300 "
               "calls; the test u < p(x)/q(x) must be strict so that p(x) = 0 never passes")
         n, x, ratio = 4000, 0, 0.4  # p(0)/q(0)
-        outs = torch.tensor([_tokens(fn, p, q, x, g) for _ in range(n)])
+        outs = torch.tensor([_token(fn, p, q, x, g) for _ in range(n)])
         replaced = counts_of(outs[outs != x], len(p))  # p(0) < q(0): the residual never gives back x
         want = _residual(p, q)
         _, pv = chi_square(replaced, want)
@@ -224,7 +224,7 @@ def check_accept_or_replace(accept_or_replace: Callable) -> None:
                   f"min(1, p(x)/q(x)) = {ratio:.0%}")
         n = 6000
         drafts = torch.multinomial(q, n, replacement=True, generator=g)
-        emitted = counts_of([_tokens(fn, p, q, int(x), g) for x in drafts], len(p))
+        emitted = counts_of([_token(fn, p, q, int(x), g) for x in drafts], len(p))
         _, pv = chi_square(emitted, p)
         check(pv >= P_VALUE_MIN, f"with {shown} and drafts x ~ q, the emitted counts over {n} draws are "
               f"{fmt(emitted)}, not distributed as p (chi-square p-value {pv:.2g})")
@@ -256,10 +256,11 @@ def check_verify_chain(verify_chain: Callable) -> None:
 
         # 1. p == q at every draft position: every draft passes, then the bonus token from p[γ].
         outs = [run(p, q, draft) for _ in range(100)]
-        short = [o for o in outs if len(o) < 4]
-        check(not short, f"with q equal to p at every position (p/q = 1), all 3 drafts {draft} must be "
-              f"accepted and a bonus token added, but one call returned {short[0] if short else ''}"
-              + (": the bonus token drawn from p[γ] is missing" if short and len(short[0]) == 3 else ""))
+        short = next((o for o in outs if len(o) < 4), None)
+        if short is not None:
+            missing = ": the bonus token drawn from p[γ] is missing" if short == draft else ""
+            check(False, f"with q equal to p at every position (p/q = 1) all 3 drafts {draft} pass, so 4 tokens "
+                  f"come out, but one call returned {short}{missing}")
         bonus = counts_of([o[3] for o in outs] + [run(p, q, draft)[3] for _ in range(1900)], 6)
         _, pv = chi_square(bonus, p[3])
         check(pv >= P_VALUE_MIN, f"after all drafts pass, the bonus counts {fmt(bonus)} do not follow p[γ] = "

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-SUM_TOL = 1e-4  # a probability row may miss 1 by at most this much (absolute), fp32 softmax over
-# a large vocabulary stays well inside it, logits or unnormalized weights do not.
+# How far (absolute) the sum of a probability row may be from 1. An fp32 softmax over a large
+# vocabulary stays well inside it; logits and unnormalized weights do not.
+SUM_TOL = 1e-4
 
 
 def probs_from_logits(
