@@ -8,3 +8,7 @@ __version__ = "0.1.0"
 # The one place the repository address lives. `python tools/nbtool.py stamp` writes it into
 # the Colab badges and the setup cell of every notebook; a test checks they agree.
 REPO_URL = "https://github.com/specdec-lab/specdec-lab"
+
+# The speculative loop and the draft-model drafter (chapter 03), importable from the package root.
+from specdec_lab.decoding import Generation, generate  # noqa: E402
+from specdec_lab.drafters import DraftModelDrafter  # noqa: E402

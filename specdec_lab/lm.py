@@ -25,7 +25,7 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs"]
+__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs", "hf_generate"]
 
 
 def dtype_kwargs(dtype: torch.dtype) -> dict:
@@ -129,3 +129,46 @@ def gather(cache, indices) -> None:
             cache.key_cache[i] = keys.index_select(-2, j)                                # [B, h, k, d]
             cache.value_cache[i] = cache.value_cache[i].index_select(-2, j)              # [B, h, k, d]
         cache._seen_tokens = len(idx)                          # 4.53 keeps a tally that crop resets too
+
+
+def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None, assistant=None,
+                num_assistant_tokens: int = 4, schedule: str = "constant",
+                confidence_threshold: float | None = None) -> torch.Tensor:
+    """Hugging Face's own greedy `model.generate`, assisted by `assistant` when given: the new ids [n].
+
+    eos_token_id None: never stop early (the model's generation_config default is overridden).
+    Assisted generation reads its draft settings from the ASSISTANT's generation_config, in 4.x and in 5.x
+    alike: `num_assistant_tokens=...` passed to `generate()` itself is ignored there (5.24: the draft length
+    stays at the assistant's default of 20, and its default confidence threshold of 0.4 cuts drafts short).
+    So we set `num_assistant_tokens`, `num_assistant_tokens_schedule` and `assistant_confidence_threshold`
+    (None or 0: off) on the assistant's config for this call and restore them afterwards ("heuristic"
+    rewrites `num_assistant_tokens` in place).
+    """
+    from transformers.utils import logging as hf_logging
+
+    # Keywords, not a GenerationConfig: 5.x fills a config's None fields from the model's defaults, which
+    # would bring back the model's EOS; an explicit eos_token_id=None keyword switches it off.
+    # The pad id stays the model's own (or None): HF's assistant masks every occurrence of the pad id in the
+    # text, so a pad id that the model also generates (say 0) silently corrupts the drafts.
+    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                  attention_mask=torch.ones_like(ids))
+    saved = None
+    if assistant is not None:
+        assistant_config = assistant.generation_config
+        keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+        saved = {k: getattr(assistant_config, k, None) for k in keys}
+        assistant_config.num_assistant_tokens = num_assistant_tokens
+        assistant_config.num_assistant_tokens_schedule = schedule
+        assistant_config.assistant_confidence_threshold = confidence_threshold or 0.0
+        kwargs["assistant_model"] = assistant
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the assistant's inner generate() warns about its own config
+    try:
+        with torch.no_grad():
+            out = model.generate(ids, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if saved is not None:
+            for k, v in saved.items():
+                setattr(assistant.generation_config, k, v)
+    return out[0, ids.shape[1]:]

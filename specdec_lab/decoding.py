@@ -1,0 +1,275 @@
+"""The speculative loop: a drafter proposes, the target checks every proposal in one pass, caches roll back.
+
+Derived in notebooks/03_draft_target.ipynb.
+
+    gen = generate(target, ids, DraftModelDrafter(draft, gamma=4), max_new_tokens=64)
+    gen.tokens, gen.target_calls, gen.mean_accepted      # new tokens, target passes, τ
+
+One loop serves every method: the drafter's `propose()` returns a `DraftTree` (a chain here), the target
+scores the pending token plus the drafts in ONE cached forward, `verify` keeps the accepted prefix plus one
+corrected or bonus token, and the target cache is cropped back to the committed text. With no drafter the
+same loop proposes nothing and is plain autoregressive decoding: the baseline every speedup is measured
+against.
+
+Cache invariant (asserted every step): before each target forward the cache holds every committed token
+except the last one, cache_len == len(committed) - 1; that last, "pending" token is the first input of
+the next forward.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from specdec_lab import lm
+from specdec_lab.sampling import probs_from_logits, verify_chain
+from specdec_lab.tree import DraftTree
+
+__all__ = ["Warp", "Generation", "generate", "generate_naive", "verify", "context_length"]
+
+
+@dataclass
+class Warp:
+    """The sampling settings the target and the drafter share, and the generator every draw comes from.
+
+    `probs(logits)` turns logits into the distribution to sample from (temperature 0: one-hot argmax).
+    Applying the same Warp to both models keeps p and q comparable (the accept test needs that).
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1 or None (no top-k), got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] or None (no top-p), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: Tensor) -> Tensor:
+        """[..., V] logits -> [..., V] probabilities, warped."""
+        return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+
+    def sample(self, probs: Tensor) -> Tensor:
+        """[B, V] probabilities -> [B, 1] token ids drawn with the shared generator."""
+        return torch.multinomial(probs, 1, generator=self.generator)
+
+
+@dataclass
+class Generation:
+    """What one call of `generate` produced, and what it cost.
+
+    tokens: the new token ids only (not the prompt), at most max_new_tokens, ending at the first EOS.
+    target_calls: target forward passes (the prompt is read in the first one, together with its drafts).
+    accept_lengths: per target call, how many drafted tokens the verifier accepted (0 to γ).
+    draft_lengths: per target call, how many tokens the drafter proposed (0 for plain decoding).
+    seconds: wall-clock time of the whole call.
+    """
+
+    tokens: list[int]
+    target_calls: int
+    accept_lengths: list[int] = field(default_factory=list)
+    draft_lengths: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """τ, the mean number of tokens emitted per target call: len(tokens) / target_calls.
+
+        Each call emits its accepted drafts plus one corrected or bonus token, so τ = 1 + mean(accept_lengths)
+        except where EOS or the length budget cut the last call short. τ ranges from 1 (plain decoding, or
+        nothing accepted) to γ + 1 (everything accepted); it is NOT the per-token acceptance rate α.
+        """
+        return len(self.tokens) / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """α, the fraction of the drafted tokens the verifier TESTED that it accepted.
+
+        A call that accepts n of its d drafts tested n + 1 of them when n < d (the rejected one is the
+        last) and all d when n = d; drafts after a rejection were never tested and do not count.
+        """
+        tested = sum(min(n + 1, d) for n, d in zip(self.accept_lengths, self.draft_lengths))
+        return sum(self.accept_lengths) / tested if tested else 0.0
+
+
+def context_length(model) -> int | None:
+    """The longest sequence `model` was built for (its position table), or None if its config does not say."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def verify(logits: Tensor, tree: DraftTree, warp: Warp) -> list[int]:
+    """The tokens one target pass lets us emit: the accepted drafts plus one corrected or bonus token.
+
+    logits: [γ+1, V] the target's logits at the pending token and at each of the γ drafts of a chain.
+    Sampling: p = warp.probs(logits), then `sampling.verify_chain(p, tree.q, tree.tokens)`.
+    Greedy: p is one-hot on the argmax, where verify_chain keeps the drafts that equal the target's
+    argmax and then emits the argmax at the first mismatch (or the bonus position); done here with
+    tensor ops and without drawing random numbers (tests check both give the same tokens).
+    """
+    if not tree.is_chain:
+        raise NotImplementedError("decoding.verify handles chains; tree drafts are verified in specdec_lab.tree")
+    gamma = len(tree)
+    if warp.greedy:
+        best = logits.argmax(-1)  # [γ+1] the target's choice after the pending token and after each draft
+        drafts = torch.as_tensor(tree.tokens, dtype=best.dtype)  # [γ]
+        n = int((best[:gamma] == drafts).cumprod(0).sum())  # leading drafts equal to the target's argmax
+        return best[: n + 1].tolist()  # accepted drafts (equal to best there), then the target's own token
+    return verify_chain(warp.probs(logits), tree.q, tree.tokens, warp.generator)  # [γ+1, V], [γ, V] | None
+
+
+def _prompt(target, input_ids, max_new_tokens) -> Tensor:
+    """input_ids as a [1, T] long tensor, or a ValueError that says what to change."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        try:
+            max_new_tokens = operator.index(max_new_tokens)
+        except TypeError:
+            raise ValueError(f"max_new_tokens must be an int, got {max_new_tokens!r}") from None
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    ids = input_ids if isinstance(input_ids, Tensor) else torch.as_tensor(list(input_ids), dtype=torch.long)
+    if ids.dim() == 2 and ids.shape[0] != 1:
+        raise ValueError(f"generate decodes one sequence at a time (batch size 1), got input_ids of shape "
+                         f"{list(ids.shape)}: loop over the rows")
+    if ids.dim() not in (1, 2) or ids.is_floating_point():
+        raise ValueError(f"input_ids must be token ids, [T] or [1, T] integers, got {ids.dtype} {list(ids.shape)}")
+    ids = ids.reshape(1, -1).long().to(target.device)  # [1, T]
+    if ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: pass at least one token id (a BOS or EOS token works as a "
+                         "start-of-text prompt)")
+    vocab = target.config.get_text_config().vocab_size
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ValueError(f"input_ids hold ids outside the target's vocabulary [0, {vocab}): "
+                         f"min {int(ids.min())}, max {int(ids.max())}; tokenize with the target's tokenizer")
+    limit = context_length(target)
+    if limit is not None and ids.shape[1] > limit:
+        raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the target's context of {limit}: "
+                         f"keep its last {limit - 1} tokens or fewer (ids[:, -{limit - 1}:])")
+    if limit is not None and ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(f"{ids.shape[1]} prompt tokens + max_new_tokens={max_new_tokens} exceed the target's "
+                         f"context of {limit}: ask for at most {limit - ids.shape[1]} new tokens")
+    return ids
+
+
+def _eos_set(eos_token_id) -> set[int]:
+    if eos_token_id is None:
+        return set()
+    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    return {operator.index(t) for t in ids}
+
+
+@torch.inference_mode()
+def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperature: float = 0.0,
+             top_k: int | None = None, top_p: float | None = None, eos_token_id: int | Sequence[int] | None = None,
+             generator: torch.Generator | None = None) -> Generation:
+    """Decode up to max_new_tokens tokens after input_ids with `target`, speculating with `drafter`.
+
+    drafter: None (plain decoding) or any object with `propose(ids, warp, limit) -> DraftTree` and the hooks
+    `start(target, ids)` and `commit(ids, accepted)` (see drafters.Drafter). temperature 0 is greedy;
+    otherwise softmax(logits / T) with optional top-k / top-p, the same warp for target and drafter.
+    Output distribution: exactly the target's own (greedy: identical tokens). Stops after max_new_tokens
+    tokens or at the first eos_token_id (which is included), even inside an accepted draft.
+    generator: a seeded torch.Generator makes sampling reproducible.
+    """
+    start = time.perf_counter()
+    ids = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
+    warp = Warp(temperature, top_k, top_p, generator)
+    eos = _eos_set(eos_token_id)
+    T0 = T = ids.shape[1]
+    buf = torch.empty(1, T0 + max_new_tokens, dtype=torch.long, device=ids.device)  # committed + drafts
+    buf[:, :T0] = ids
+    if drafter is not None:
+        drafter.start(target, ids)
+    cache = lm.new_cache(target)
+    gen = Generation(tokens=[], target_calls=0)
+    while T - T0 < max_new_tokens:
+        budget = max_new_tokens - (T - T0)  # tokens we may still emit; a pass emits at most drafts + 1
+        tree = drafter.propose(buf[:, :T], warp, budget - 1) if drafter is not None else DraftTree([], [])
+        n = len(tree)
+        if n > budget - 1:
+            raise RuntimeError(f"the drafter proposed {n} tokens when at most {budget - 1} were allowed")
+        if n:
+            buf[0, T:T + n] = torch.as_tensor(tree.tokens)
+        past = lm.cache_len(cache)
+        assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
+        logits = lm.forward(target, buf[:, past:T + n], cache)[0, -(n + 1):]  # [n+1, V] pending + n drafts
+        emitted = verify(logits, tree, warp)  # accepted drafts + one corrected / bonus token
+        accepted = len(emitted) - 1
+        emitted = emitted[:budget]
+        hit = next((i for i, t in enumerate(emitted) if t in eos), None) if eos else None
+        if hit is not None:
+            emitted = emitted[: hit + 1]  # cut at the first EOS, even inside an accepted draft
+        k = len(emitted)
+        buf[0, T:T + k] = torch.as_tensor(emitted)
+        T += k
+        lm.crop(cache, T - 1)  # drop the KV of rejected drafts; the new last token stays pending
+        assert lm.cache_len(cache) == T - 1, f"target cache holds {lm.cache_len(cache)}, committed {T}"
+        gen.target_calls += 1
+        gen.accept_lengths.append(accepted)
+        gen.draft_lengths.append(n)
+        if hit is not None:
+            break
+        if drafter is not None:
+            drafter.commit(buf[:, :T], accepted)
+    gen.tokens = buf[0, T0:T].tolist()
+    gen.seconds = time.perf_counter() - start
+    return gen
+
+
+@torch.inference_mode()
+def generate_naive(target, draft, input_ids, gamma: int = 4, max_new_tokens: int = 64, temperature: float = 0.0,
+                   top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
+                   generator: torch.Generator | None = None) -> Generation:
+    """The textbook loop without caches: both models re-read the whole text at every step.
+
+    Same draws in the same order as `generate(..., DraftModelDrafter(draft, gamma))`, so with equal seeds
+    the two emit the same tokens (up to fp32 rounding in the logits). Kept as the reference the cached
+    loop is checked and timed against.
+    """
+    start = time.perf_counter()
+    ids = _prompt(target, input_ids, max_new_tokens)[0].tolist()
+    warp, eos, T0 = Warp(temperature, top_k, top_p, generator), _eos_set(eos_token_id), len(ids)
+    gen = Generation(tokens=[], target_calls=0)
+    while len(ids) - T0 < max_new_tokens:
+        budget = max_new_tokens - (len(ids) - T0)
+        n = min(gamma, budget - 1)
+        drafted, qs = list(ids), []
+        for _ in range(n):  # the draft re-reads everything, then appends one token
+            logits = lm.forward(draft, torch.tensor([drafted]))[0, -1]  # [V]
+            if warp.greedy:
+                drafted.append(int(logits.argmax()))
+            else:
+                q = warp.probs(logits[None])  # [1, V]
+                drafted.append(int(warp.sample(q)))
+                qs.append(q)
+        tree = DraftTree.chain(drafted[len(ids):], torch.cat(qs) if qs else None)
+        logits = lm.forward(target, torch.tensor([drafted]))[0, len(ids) - 1:]  # [n+1, V]
+        emitted = verify(logits, tree, warp)
+        gen.accept_lengths.append(len(emitted) - 1)
+        gen.draft_lengths.append(n)
+        gen.target_calls += 1
+        emitted = emitted[:budget]
+        hit = next((i for i, t in enumerate(emitted) if t in eos), None)
+        ids += emitted[: hit + 1] if hit is not None else emitted
+        if hit is not None:
+            break
+    gen.tokens = ids[T0:]
+    gen.seconds = time.perf_counter() - start
+    return gen
