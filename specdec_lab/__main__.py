@@ -46,6 +46,10 @@ def main(argv=None) -> int:
     tz.add_argument("--work", default="zoo-work", help="folder for resumable checkpoints (default ./zoo-work)")
     tz.add_argument("--measure-only", action="store_true", help="re-measure the card's figures, no training")
     tz.add_argument("--train-only", action="store_true", help="train and save the weights, skip measuring")
+    bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
+    from specdec_lab import bench as bench_module
+
+    bench_module.add_arguments(bench)
     args = parser.parse_args(argv)
     if args.cmd == "check":
         return check()
@@ -56,6 +60,12 @@ def main(argv=None) -> int:
 
         train_zoo.main(Path(args.work), measure_only=args.measure_only, train_only=args.train_only)
         return 0
+    if args.cmd == "bench":
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        return bench_module.METHODS[args.method](args)
     return 2
 
 

@@ -398,3 +398,34 @@ def test_zoo_greedy_identity_on_suite_prompts():
         gen = generate(target, ids, DraftModelDrafter(draft, 4), max_new_tokens=32, eos_token_id=tok.eos_token_id)
         assert gen.tokens == ref, f"prompt {p['id']}: speculative output differs from greedy decoding"
         assert gen.mean_accepted > 1.3, f"prompt {p['id']}: τ = {gen.mean_accepted:.2f}, the zoo draft should help"
+
+
+# ---- the benchmark and the acceptance view ------------------------------------------------------------
+
+
+def test_bench_rows_agree(pair):
+    from specdec_lab import bench
+
+    target, noisy, _ = pair
+    prompts = [_prompt(s) for s in range(2)]
+    methods = bench.draft_methods(target, noisy, max_new_tokens=12, gamma=3, naive=True)
+    rows = bench.run(target, methods, prompts, warmup=1)
+    assert [r.same for r in rows] == [2] * len(rows), bench.format_table(rows)
+    assert rows[0].target_calls == rows[1].target_calls == 24 and rows[0].tau == 1.0
+    assert rows[2].target_calls == rows[3].target_calls < 24, "ours and the naive loop make the same passes"
+    table = bench.format_table(rows)
+    assert "HF assisted, 3 tokens" in table and "speedup" in table
+
+
+def test_acceptance_view(pair):
+    from specdec_lab import viz
+
+    gen = Generation(tokens=[1, 2, 3, 4, 5, 6], target_calls=3, accept_lengths=[2, 0, 3], draft_lengths=[2, 3, 3])
+    assert viz.acceptance_kinds(gen) == ["accepted", "accepted", "bonus", "corrected", "accepted", "accepted"]
+
+    class Tok:
+        def decode(self, ids):
+            return "abcdefg"[ids[0]]
+
+    assert viz.acceptance_text(Tok(), gen) == "bc<d>{e}fg"
+    assert 'title="bonus"' in viz.acceptance_html(Tok(), gen, prompt="a")
