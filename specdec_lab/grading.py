@@ -390,6 +390,17 @@ def check_cache_lengths(cache_lengths_after: Callable[[int, int, int], tuple]) -
            "every draft was accepted")
 
 
+class _one_thread:
+    """Tiny models run fastest on one thread (and two threads crawl on a busy machine): used by 03's graders."""
+
+    def __enter__(self):
+        self.saved = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.saved)
+
+
 def _tiny_pair(seed: int = 0):
     """A tiny random Llama target, a noisy copy of it (agrees partly) and an unrelated draft, in fp32."""
     import copy
@@ -414,8 +425,27 @@ def _tiny_pair(seed: int = 0):
         return target, noisy, llama(32, 1, seed + 2)
 
 
+def _greedy_accepted(draft, ids: Tensor, want: list[int], gamma: int) -> int:
+    """How many of the draft's greedy proposals after ids [1, T] equal the target's greedy tokens `want`."""
+    from specdec_lab import lm
+
+    seq = ids
+    with torch.no_grad():
+        for i in range(min(gamma, len(want))):
+            x = lm.forward(draft, seq)[:, -1:].argmax(-1)  # [1, 1]
+            if int(x) != want[i]:
+                return i
+            seq = torch.cat([seq, x], 1)
+    return min(gamma, len(want))
+
+
 def check_speculative_step(speculative_step: Callable) -> None:
     """Exercise 03.2: speculative_step(target, draft, ids, target_cache, draft_cache, gamma) -> emitted tokens."""
+    with _one_thread():
+        _check_speculative_step(speculative_step)
+
+
+def _check_speculative_step(speculative_step: Callable) -> None:
     from specdec_lab import lm
 
     target, noisy, unrelated = _tiny_pair()
@@ -425,7 +455,7 @@ def check_speculative_step(speculative_step: Callable) -> None:
                         ("an unrelated model", unrelated)]:
         for gamma in (1, 3, 5):
             for ids0 in prompts:
-                want = lm.hf_generate(target, ids0, 24).tolist()
+                want = lm.hf_generate(target, ids0, 24 + gamma + 1).tolist()  # a last step may run past 24
                 ids, tc, dc = ids0.clone(), lm.new_cache(target), lm.new_cache(draft)
                 steps = 0
                 case = f"draft = {name}, gamma = {gamma}, a {ids0.shape[1]}-token prompt"
@@ -450,6 +480,15 @@ def check_speculative_step(speculative_step: Callable) -> None:
                               "target's argmax, then append the target's argmax at the first mismatch (or the bonus)")
                     ids = torch.cat([ids, torch.tensor([list(out)])], 1)
                     T, accepted = ids.shape[1], len(out) - 1
+                    want_len = _greedy_accepted(draft, ids[:, :T - len(out)], want[T - len(out) - ids0.shape[1]:],
+                                                gamma) + 1
+                    if len(out) != want_len:
+                        check(not (len(out) == gamma == want_len - 1), f"{case}, step {steps}: all {gamma} drafts "
+                              f"equal the target's argmax, but the step returned only {gamma} tokens: the target's "
+                              "last row of logits gives a free bonus token; append it (a step emits 1 to γ+1 tokens)")
+                        check(False, f"{case}, step {steps}: {want_len - 1} drafts equal the target's argmax, so the "
+                              f"step should emit {want_len} tokens, not {len(out)}: accept drafts while they equal "
+                              "the target's argmax, then add the target's own token")
                     check(lm.cache_len(tc) == T - 1, f"{case}, step {steps}: the target cache holds "
                           f"{lm.cache_len(tc)} positions for a {T}-token text; crop it to {T - 1} (every committed "
                           "token but the last, which is fed first in the next step)")
@@ -465,6 +504,11 @@ def check_speculative_step(speculative_step: Callable) -> None:
 
 def check_greedy_mismatches(greedy_mismatches: Callable) -> None:
     """Exercise 03.3: greedy_mismatches(target, decode, prompts, max_new_tokens) -> {prompt index: position}."""
+    with _one_thread():
+        _check_greedy_mismatches(greedy_mismatches)
+
+
+def _check_greedy_mismatches(greedy_mismatches: Callable) -> None:
     from specdec_lab import lm
     from specdec_lab.decoding import generate
     from specdec_lab.drafters import DraftModelDrafter
