@@ -209,7 +209,7 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
             buf[0, T:T + n] = torch.as_tensor(tree.tokens)
         past = lm.cache_len(cache)
         assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
-        logits = lm.forward(target, buf[:, past:T + n], cache)[0, -(n + 1):]  # [n+1, V] pending + n drafts
+        logits = lm.forward_last(target, buf[:, past:T + n], cache, n + 1)[0]  # [n+1, V] pending + n drafts
         emitted = verify(logits, tree, warp)  # accepted drafts + one corrected / bonus token
         accepted = len(emitted) - 1
         emitted = emitted[:budget]

@@ -85,7 +85,7 @@ class DraftModelDrafter(Drafter):
         x = ids[:, past:]  # [1, 1] the pending token; [1, 2] after an all-accepted step; the prompt at first
         tokens, qs = [], []
         for _ in range(n):
-            logits = lm.forward(self.model, x, self.cache)[:, -1]  # [1, V]
+            logits = lm.forward_last(self.model, x, self.cache, 1)[:, -1]  # [1, V]
             if warp.greedy:
                 x = logits.argmax(-1, keepdim=True)  # [1, 1]
             else:

@@ -25,7 +25,7 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs", "hf_generate"]
+__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs", "hf_generate", "forward_last"]
 
 
 def dtype_kwargs(dtype: torch.dtype) -> dict:
@@ -172,3 +172,17 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None
             for k, v in saved.items():
                 setattr(assistant.generation_config, k, v)
     return out[0, ids.shape[1]:]
+
+
+def forward_last(model, ids: torch.Tensor, cache, n: int) -> torch.Tensor:
+    """forward(model, ids, cache) restricted to the logits of the last `n` positions: [B, n, V] float32.
+
+    The LM head runs on those positions only (`logits_to_keep`, in every supported version, 4.53 to 5.24),
+    so reading a long prompt does not pay for a [T, V] matrix product whose rows nobody looks at: what
+    `generate()` does in its prefill. Models without `logits_to_keep` fall back to slicing `forward`.
+    """
+    if "logits_to_keep" not in inspect.signature(type(model).forward).parameters:
+        return forward(model, ids, cache)[:, -n:]
+    kwargs = {} if cache is None else {_cache_keyword(model): cache}
+    out = model(input_ids=ids, use_cache=cache is not None, logits_to_keep=n, **kwargs)
+    return out.logits[:, -n:].float()  # [B, n, V]

@@ -10,7 +10,7 @@ import html
 
 ACCEPTED, CORRECTED, BONUS, PLAIN = "accepted", "corrected", "bonus", "target"
 COLORS = {ACCEPTED: "#c8f7c5", CORRECTED: "#ffc9c9", BONUS: "#c9dcff", PLAIN: "#eeeeee"}
-TEXT_MARKS = {ACCEPTED: ("", ""), CORRECTED: ("{", "}"), BONUS: ("<", ">"), PLAIN: ("", "")}
+TEXT_MARKS = {ACCEPTED: ("", ""), CORRECTED: ("⟦", "⟧"), BONUS: ("⟨", "⟩"), PLAIN: ("", "")}  # rare in code
 
 
 def acceptance_kinds(gen) -> list[str]:
@@ -33,7 +33,7 @@ def _pieces(tokenizer, tokens: list[int]) -> list[str]:
 
 
 def acceptance_text(tokenizer, gen) -> str:
-    """Plain-text view: {corrected} and <bonus> tokens marked, accepted drafts as they are."""
+    """Plain-text view: ⟦corrected⟧ and ⟨bonus⟩ tokens marked, accepted drafts as they are."""
     out = []
     for piece, kind in zip(_pieces(tokenizer, gen.tokens), acceptance_kinds(gen)):
         left, right = TEXT_MARKS[kind]
