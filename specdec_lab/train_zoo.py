@@ -237,8 +237,10 @@ def samples(model, tokenizer, prompts: list[str], new_tokens: int = 60) -> list[
     return out
 
 
-SAMPLE_PROMPTS = ["def is_palindrome(s):\n", "class Stack:\n    def __init__(self):\n",
-                  "import os\n\n\ndef list_python_files(root):\n"]
+# Prompts end on a code character, not a newline: the tokenizer merges a newline with the next line's
+# indentation, so a prompt ending in a bare "\n" would be a token sequence the models never saw.
+SAMPLE_PROMPTS = ["def is_palindrome(s):", "class Stack:\n    def __init__(self):",
+                  "import os\n\n\ndef list_python_files(root):"]
 
 
 def measure(zoo_dir: Path = ZOO_DIR, n_val: int = 200) -> dict:
