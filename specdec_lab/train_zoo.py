@@ -40,8 +40,8 @@ class ModelSpec:
     batch: int  # sequences of SEQ_LEN per step
 
 
-TARGET = ModelSpec(hidden=256, layers=6, heads=4, mlp=768, tokens=5_500_000, lr=2e-3, batch=12)
-DRAFT = ModelSpec(hidden=128, layers=2, heads=2, mlp=384, tokens=3_000_000, lr=3e-3, batch=12)
+TARGET = ModelSpec(hidden=256, layers=8, heads=4, mlp=768, tokens=9_000_000, lr=2e-3, batch=16)
+DRAFT = ModelSpec(hidden=192, layers=2, heads=3, mlp=512, tokens=5_000_000, lr=3e-3, batch=16)
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -142,8 +142,10 @@ def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, t
           seed: int = 0):
     """Train one model with AdamW and a cosine schedule; resumes from work/<name>.pt.
 
-    With a teacher, the loss is half cross-entropy, half KL(teacher || student) at temperature 1:
-    the draft learns the target's whole next-token distribution, which raises agreement.
+    With a teacher, the loss is 0.9 KL(teacher || student) + 0.1 cross-entropy: the draft learns the
+    target's whole next-token distribution, which is what raises agreement. Matrix products run in
+    bfloat16 under autocast (about twice as fast on a CPU with AVX512-BF16); weights, optimizer state
+    and the loss stay in float32, and the saved weights are float32.
     """
     from tqdm.auto import tqdm
 
@@ -167,13 +169,15 @@ def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, t
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, spec.lr)
         x = batch_at(step, train_ids, spec.batch, seed)  # [B, T]
-        logits = model(input_ids=x).logits[:, :-1]  # [B, T-1, V]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=x).logits[:, :-1].float()  # [B, T-1, V]
+            if teacher is not None:
+                with torch.no_grad():
+                    t_logp = F.log_softmax(teacher(input_ids=x).logits[:, :-1].float(), -1)  # [B, T-1, V]
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
         if teacher is not None:
-            with torch.no_grad():
-                t_logp = F.log_softmax(teacher(input_ids=x).logits[:, :-1], -1)  # [B, T-1, V]
             kl = F.kl_div(F.log_softmax(logits, -1), t_logp, log_target=True, reduction="none").sum(-1).mean()
-            loss = 0.5 * loss + 0.5 * kl
+            loss = 0.1 * loss + 0.9 * kl
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -337,6 +341,7 @@ def main(work: Path, measure_only: bool = False, train_only: bool = False) -> No
         training = {
             "python": platform.python_version(), "train_files": len(train_files), "val_files": len(val_files),
             "vocab": len(tok), "seq_len": SEQ_LEN, "wall_minutes": round((time.time() - t_start) / 60, 1),
+            "train_threads": torch.get_num_threads(),
             "target": {"spec": asdict(TARGET), "params": n_params(target), "tokens": t_state["tokens"],
                        "seconds": round(t_state["seconds"], 1), "log": t_state["log"]},
             "draft": {"spec": asdict(DRAFT), "params": n_params(draft), "tokens": d_state["tokens"],
