@@ -1,0 +1,133 @@
+"""What speculation buys: tokens per target pass, speedup, the best draft length, and a roofline model
+that says when verifying γ+1 tokens stops being free. Derived in notebooks/02_speedup_economics.ipynb.
+
+Units: α = probability that one drafted token is accepted (i.i.d. across positions unless given per
+depth); γ = tokens drafted per round; c = cost of one draft token in target decode steps; verify_cost =
+cost of one target pass over γ+1 tokens, also in target decode steps (1.0 = verification is free).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["expected_tokens", "expected_tokens_by_depth", "speedup", "optimal_gamma", "alpha_from_tau",
+           "Roofline", "QWEN25_7B_ON_H100"]
+
+
+def _alpha(alpha) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, Real) or not 0 <= alpha <= 1:
+        raise ValueError(f"alpha is a probability of acceptance, a number in [0, 1]; got {alpha!r}")
+    return float(alpha)
+
+
+def _gamma(gamma) -> int:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
+        raise ValueError(f"gamma (tokens drafted per round) must be an int >= 0; got {gamma!r}")
+    return gamma
+
+
+def _nonneg(name: str, x, meaning: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, Real) or not x >= 0:
+        raise ValueError(f"{name} ({meaning}) must be a number >= 0; got {x!r}")
+    return float(x)
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E[tokens per target pass] = Σ_{i=0}^{γ} α^i = (1 - α^{γ+1}) / (1 - α); γ + 1 at α = 1."""
+    alpha, gamma = _alpha(alpha), _gamma(gamma)
+    return math.fsum(alpha**i for i in range(gamma + 1))  # the sum: exact at α = 1, no 0/0 near it
+
+
+def expected_tokens_by_depth(alphas: Sequence[float]) -> float:
+    """E[tokens per target pass] = 1 + Σ_{i=1}^{γ} Π_{j≤i} α_j, for acceptance α_j at draft depth j."""
+    total, reach = 1.0, 1.0
+    for a in alphas:
+        reach *= _alpha(a)  # P(the first i drafts are all accepted)
+        total += reach
+    return total
+
+
+def speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1.0) -> float:
+    """S = E[tokens per pass] / (verify_cost + γ·c), against plain decoding's 1 token per target step."""
+    c = _nonneg("c", c, "cost of one draft token, in target decode steps")
+    if isinstance(verify_cost, bool) or not isinstance(verify_cost, Real) or not verify_cost > 0:
+        raise ValueError(f"verify_cost (one target pass over γ+1 tokens, in decode steps) must be > 0; "
+                         f"got {verify_cost!r}")
+    return expected_tokens(alpha, gamma) / (verify_cost + gamma * c)
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 32,
+                  verify_cost: float | Callable[[int], float] = 1.0) -> int:
+    """γ* = argmax_{1≤γ≤max_gamma} S(α, γ, c), or 0 when no γ beats plain decoding (S ≤ 1).
+
+    verify_cost: a number, or a function γ -> cost of verifying γ+1 tokens (see Roofline.verify_cost).
+    Ties go to the shorter draft.
+    """
+    _alpha(alpha), _nonneg("c", c, "cost of one draft token, in target decode steps")
+    if _gamma(max_gamma) < 1:
+        raise ValueError(f"max_gamma must be >= 1; got {max_gamma!r}")
+    cost = verify_cost if callable(verify_cost) else (lambda gamma: verify_cost)
+    best, best_speedup = 0, 1.0  # γ = 0 is plain decoding
+    for gamma in range(1, max_gamma + 1):
+        s = speedup(alpha, gamma, c, cost(gamma))
+        if s > best_speedup:
+            best, best_speedup = gamma, s
+    return best
+
+
+def alpha_from_tau(tau: float, gamma: int) -> float:
+    """The α with expected_tokens(α, γ) = τ (bisection): α read back from measured tokens per pass."""
+    gamma = _gamma(gamma)
+    if not 1 <= tau <= gamma + 1:
+        raise ValueError(f"tokens per pass τ lies in [1, γ+1] = [1, {gamma + 1}]; got {tau!r}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # expected_tokens increases with α
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, gamma) < tau else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """One model on one accelerator, seen by the roofline: a step takes the longer of its arithmetic and
+    its memory reads, plus a fixed overhead. Bytes, seconds, FLOP; efficiency = reachable fraction of peak."""
+
+    params: float  # N, parameters
+    bandwidth: float  # BW, bytes per second
+    peak_flops: float  # F, FLOP per second (dense, in the weights' dtype)
+    bytes_per_param: float = 2.0  # b: 2 for bf16
+    kv_bytes_per_token: float = 0.0  # K and V of one token, all layers
+    context: int = 1024  # tokens of KV cache each request reads
+    efficiency: float = 0.6  # η
+    overhead: float = 0.3e-3  # seconds per step: launches, scheduling, sampling
+
+    def step_time(self, batch: int = 1, tokens_per_request: int = 1) -> float:
+        """t = max(2·N·B·t_r / (η·F), (N·b + kv·ctx·B) / BW) + overhead, in seconds."""
+        compute = 2 * self.params * batch * tokens_per_request / (self.efficiency * self.peak_flops)
+        reads = self.params * self.bytes_per_param + self.kv_bytes_per_token * self.context * batch  # bytes
+        memory = reads / self.bandwidth
+        return max(compute, memory) + self.overhead
+
+    def verify_cost(self, gamma: int, batch: int = 1) -> float:
+        """A pass over γ+1 tokens per request, in decode steps: t(B, γ+1) / t(B, 1)."""
+        return self.step_time(batch, _gamma(gamma) + 1) / self.step_time(batch, 1)
+
+    def speedup(self, alpha: float, gamma: int, c: float, batch: int = 1) -> float:
+        """S(B) = E[tokens] · t(B, 1) / (t(B, γ+1) + γ·c·t(B, 1)): the drafts cost c of this batch's step."""
+        return speedup(alpha, gamma, c, self.verify_cost(gamma, batch))
+
+    def crossover_batch(self, tokens_per_request: int = 1) -> float:
+        """B* where 2·N·B·t_r / (η·F) = (N·b + kv·ctx·B) / BW: above it, extra tokens cost real time."""
+        per_request = 2 * self.params * tokens_per_request / (self.efficiency * self.peak_flops)
+        per_request -= self.kv_bytes_per_token * self.context / self.bandwidth
+        weights = self.params * self.bytes_per_param / self.bandwidth
+        return weights / per_request if per_request > 0 else math.inf  # KV reads outgrow the arithmetic
+
+
+# Seed 004's example: Qwen2.5-7B (7.6B parameters, bf16) on an H100 SXM (3.35 TB/s, 989 dense TFLOP/s).
+# KV per token: 28 layers x 2 (K and V) x 4 KV heads x 128 dims x 2 bytes = 57,344 bytes.
+QWEN25_7B_ON_H100 = Roofline(params=7.6e9, bandwidth=3.35e12, peak_flops=989e12, bytes_per_param=2,
+                             kv_bytes_per_token=57344, context=1024)
