@@ -1,0 +1,130 @@
+"""Chapter 02's graders: they pass right answers and name the mistake in wrong ones."""
+import math
+import re
+
+import pytest
+import torch
+
+from specdec_lab import economics, grading
+
+
+def _tokens(terms_offset=0, start=0, alpha_one=True):
+    def expected_tokens(alpha, gamma):
+        if alpha == 1 and alpha_one:
+            return gamma + 1 - start + terms_offset
+        return (alpha**start - alpha ** (gamma + 1 + terms_offset)) / (1 - alpha)
+
+    return expected_tokens
+
+
+def _torch_closed_form(alpha, gamma):
+    a = torch.tensor(float(alpha))
+    return float((1 - a ** (gamma + 1)) / (1 - a))  # NaN at α = 1
+
+
+def _speedup(cost):
+    def speedup(alpha, gamma, c):
+        return economics.expected_tokens(alpha, gamma) / cost(gamma, c)
+
+    return speedup
+
+
+def _right_speedup(alpha, gamma, c):
+    return economics.speedup(alpha, gamma, c)
+
+
+def _letter(x):
+    return lambda: x
+
+
+def _optimal(first=1, stop_offset=1, zero=True, key="speedup"):
+    def optimal_gamma(alpha, c, max_gamma=32):
+        score = economics.speedup if key == "speedup" else (lambda a, g, c: economics.expected_tokens(a, g))
+        best, best_s = (0, 1.0) if zero else (first, score(alpha, first, c))
+        for g in range(first, max_gamma + stop_offset):
+            if score(alpha, g, c) > best_s:
+                best, best_s = g, score(alpha, g, c)
+        return best
+
+    return optimal_gamma
+
+
+def _crossover(efficiency=True, kv=True, tokens=True, flops_per_param=2, inf=True, rounded=False):
+    def crossover_batch(m, tokens_per_request):
+        eta = m.efficiency if efficiency else 1.0
+        t = tokens_per_request if tokens else 1
+        per_request = flops_per_param * m.params * t / (eta * m.peak_flops)
+        if kv:
+            per_request -= m.kv_bytes_per_token * m.context / m.bandwidth
+        if per_request <= 0 and inf:
+            return math.inf
+        b = m.params * m.bytes_per_param / m.bandwidth / per_request
+        return float(round(b)) if rounded else b
+
+    return crossover_batch
+
+
+WRONG = [
+    (grading.check_expected_tokens, (_tokens(start=1),), "counts only the accepted drafts"),
+    (grading.check_expected_tokens, (_tokens(terms_offset=-1),), "stops one term early"),
+    (grading.check_expected_tokens, (_tokens(terms_offset=1),), "one term too many"),
+    (grading.check_expected_tokens, (lambda a, g: 1 / (1 - a) if a < 1 else g + 1,), "infinite geometric sum"),
+    (grading.check_expected_tokens, (lambda a, g: (1 - a ** (g + 1)) / (1 - a),), "return γ + 1"),
+    (grading.check_expected_tokens, (_torch_closed_form,), "returned NaN"),
+    (grading.check_speedup, (_speedup(lambda g, c: 1 + c), _letter("b")), "divides by 1 + c"),
+    (grading.check_speedup, (_speedup(lambda g, c: 1 + (g + 1) * c), _letter("b")), "divides by 1 + (γ+1)·c"),
+    (grading.check_speedup, (_speedup(lambda g, c: 1), _letter("b")), "tokens per pass alone"),
+    (grading.check_speedup, (_right_speedup, _letter("a")), "does γ = 8 beat γ = 6"),
+    (grading.check_speedup, (_right_speedup, _letter("e")), "one letter, a to d"),
+    (grading.check_optimal_gamma, (_optimal(stop_offset=0),), "include it in the search"),
+    (grading.check_optimal_gamma, (_optimal(zero=False),), "return 0, meaning do not speculate"),
+    (grading.check_optimal_gamma, (_optimal(key="tokens"),), "maximize the speedup"),
+    (grading.check_optimal_gamma, (lambda a, c, m=32: economics.speedup(a, economics.optimal_gamma(a, c, m), c),),
+     "not its speedup"),
+    (grading.check_crossover_batch, (_crossover(efficiency=False),), "efficiency × peak_flops"),
+    (grading.check_crossover_batch, (_crossover(kv=False),), "reads its KV cache"),
+    (grading.check_crossover_batch, (_crossover(tokens=False),), "tokens_per_request = 5 tokens"),
+    (grading.check_crossover_batch, (_crossover(flops_per_param=1),), "2 FLOPs per parameter"),
+    (grading.check_crossover_batch, (_crossover(inf=False),), "return math.inf"),
+    (grading.check_crossover_batch, (_crossover(rounded=True),), "not rounded"),
+]
+
+
+@pytest.mark.parametrize("check, answer, hint", WRONG, ids=[f"{c.__name__}-{h}" for c, _, h in WRONG])
+def test_graders_name_the_mistake(check, answer, hint, capsys):
+    with pytest.raises(AssertionError, match=re.escape(hint)):
+        check(*answer)
+
+
+@pytest.mark.parametrize("check, answer", [
+    (grading.check_expected_tokens, (economics.expected_tokens,)),
+    (grading.check_expected_tokens, (lambda a, g: g + 1 if a == 1 else (1 - a ** (g + 1)) / (1 - a),)),
+    (grading.check_speedup, (_right_speedup, _letter("(B)"))),
+    (grading.check_optimal_gamma, (economics.optimal_gamma,)),
+    (grading.check_optimal_gamma, (_optimal(),)),
+    (grading.check_crossover_batch, (lambda m, t: m.crossover_batch(t),)),
+    (grading.check_crossover_batch, (_crossover(),)),
+], ids=lambda x: getattr(x, "__name__", ""))
+def test_graders_pass_right_answers(check, answer, capsys):
+    check(*answer)
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_graders_say_when_a_stub_is_left():
+    def expected_tokens(alpha, gamma):
+        raise NotImplementedError("expected_tokens: your code here")
+
+    def speedup(alpha, gamma, c):
+        return expected_tokens(alpha, gamma) / (1 + gamma * c)
+
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        grading.check_expected_tokens(expected_tokens)
+    with pytest.raises(AssertionError, match="speedup calls expected_tokens, which is still a stub"):
+        grading.check_speedup(speedup, _letter("b"))
+
+
+def test_sweep_numbers_printed(capsys):
+    grading.check_speedup(_right_speedup, _letter("b"))
+    out = capsys.readouterr().out
+    assert "γ = 4: 2.77 tokens per pass, speedup 2.311" in out
+    assert "γ = 6: 3.06 tokens per pass, speedup 2.353" in out and "speedup 2.285" in out
