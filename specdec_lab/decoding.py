@@ -244,6 +244,8 @@ def generate_naive(target, draft, input_ids, gamma: int = 4, max_new_tokens: int
     loop is checked and timed against.
     """
     start = time.perf_counter()
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (tokens drafted per step) must be an int >= 1, got {gamma!r}")
     ids = _prompt(target, input_ids, max_new_tokens)[0].tolist()
     warp, eos, T0 = Warp(temperature, top_k, top_p, generator), _eos_set(eos_token_id), len(ids)
     gen = Generation(tokens=[], target_calls=0)
