@@ -624,7 +624,7 @@ def check_speedup(speedup: Callable[[float, int, float], float], what_the_number
                       "tokens at c each, 1 + γ·c target steps")
         check(False, f"{case} = {got:.4g}, expected {want:.4g} = E[tokens per pass] / (1 + γ·c)")
     rows = {g: (_number(speedup, SWEEP_ALPHA, g, SWEEP_C), _geometric(SWEEP_ALPHA, g + 1)) for g in SWEEP_GAMMAS}
-    print(f"α = {SWEEP_ALPHA}, c = {SWEEP_C}: " + ", ".join(f"γ = {g}: {t:.2f} tokens per pass, speedup {s:.3f}"
+    print(f"α = {SWEEP_ALPHA}, c = {SWEEP_C}: " + "; ".join(f"γ = {g}: {t:.2f} tokens per pass, speedup {s:.3f}"
                                                            for g, (s, t) in rows.items()))
     answer = str(call(what_the_numbers_show)).strip().lower().strip("()")
     check(answer in ("a", "b", "c", "d"), f"what_the_numbers_show() should return one letter, a to d; got {answer!r}")
@@ -642,7 +642,7 @@ def check_optimal_gamma(optimal_gamma: Callable[..., int]) -> None:
     from specdec_lab.economics import optimal_gamma as reference
     from specdec_lab.economics import speedup as s
 
-    cases = [(0.8, 0.05, 10), (0.8, 0.15, 32), (0.95, 0.01, 32), (0.5, 0.3, 32), (0.2, 0.3, 32), (0.9, 0.0, 20),
+    cases = [(0.85, 0.07, 10), (0.75, 0.12, 32), (0.95, 0.01, 32), (0.5, 0.3, 32), (0.2, 0.3, 32), (0.9, 0.0, 20),
              (1.0, 0.0, 12), (0.0, 0.05, 8), (0.7, 0.02, 5)]
     for alpha, c, max_gamma in cases:
         case = f"optimal_gamma({alpha}, {c}, max_gamma={max_gamma})"
