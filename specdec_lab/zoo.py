@@ -41,6 +41,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 def _load_one(name_or_path: str, device: str, dtype: torch.dtype):
     """(model, tokenizer) from a local folder, the local Hub cache, or the Hub; clear error when offline."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from specdec_lab import lm
 
@@ -56,6 +57,8 @@ def _load_one(name_or_path: str, device: str, dtype: torch.dtype):
                 "the Hub is unreachable (offline or HF_HUB_OFFLINE=1). Use the embedded pair, "
                 "load_pair('tiny'), which ships inside the package, or download the model on a connected "
                 "machine first.")
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a weight-loading bar per model would clutter notebooks
         try:
             tok = AutoTokenizer.from_pretrained(name_or_path, **extra)
             model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs, **extra)
@@ -63,6 +66,9 @@ def _load_one(name_or_path: str, device: str, dtype: torch.dtype):
         except OSError:
             if i == len(sources) - 1:
                 raise
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
 
 
 def check_pair(target, draft, target_tok, draft_tok) -> None:

