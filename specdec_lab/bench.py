@@ -58,7 +58,7 @@ def count_calls(model):
 Method = Callable[[torch.Tensor], tuple[list[int], int | None]]
 
 
-def draft_methods(target, draft, max_new_tokens: int = 64, gamma: int = 4, eos_token_id=None,
+def draft_methods(target, draft, max_new_tokens: int = 64, gamma: int = 3, eos_token_id=None,
                   naive: bool = False, hf_defaults: bool = True) -> dict[str, Method]:
     """Plain decoding (ours and HF's), the draft-model drafter (cached; naive optional), HF assisted."""
     from specdec_lab import lm  # imported here so that `specdec-lab --help` stays quick
@@ -171,7 +171,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--method", choices=sorted(METHODS), default="draft", help="what to benchmark")
     parser.add_argument("--pair", default="tiny", help="model pair for zoo.load_pair (default: the embedded one)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=4, help="draft tokens per target pass")
+    parser.add_argument("--gamma", type=int, default=3, help="draft tokens per target pass (default 3: the "
+                        "best for the zoo pair on a 2-core CPU, see notebook 03)")
     parser.add_argument("--category", choices=["code", "edit", "doc"], help="only this prompt category")
     parser.add_argument("--limit", type=int, help="only the first N prompts")
     parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches")

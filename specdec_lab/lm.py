@@ -174,6 +174,9 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None
     return out[0, ids.shape[1]:]
 
 
+_FORWARD_KEYWORDS: dict[type, tuple[bool, str]] = {}  # model class -> (takes logits_to_keep, cache keyword)
+
+
 def forward_last(model, ids: torch.Tensor, cache, n: int) -> torch.Tensor:
     """forward(model, ids, cache) restricted to the logits of the last `n` positions: [B, n, V] float32.
 
@@ -181,8 +184,13 @@ def forward_last(model, ids: torch.Tensor, cache, n: int) -> torch.Tensor:
     so reading a long prompt does not pay for a [T, V] matrix product whose rows nobody looks at: what
     `generate()` does in its prefill. Models without `logits_to_keep` fall back to slicing `forward`.
     """
-    if "logits_to_keep" not in inspect.signature(type(model).forward).parameters:
+    keywords = _FORWARD_KEYWORDS.get(type(model))
+    if keywords is None:  # read each model class's signature once: inspect costs ~5% of a small model's step
+        keywords = _FORWARD_KEYWORDS[type(model)] = (
+            "logits_to_keep" in inspect.signature(type(model).forward).parameters, _cache_keyword(model))
+    keep_ok, cache_keyword = keywords
+    if not keep_ok:
         return forward(model, ids, cache)[:, -n:]
-    kwargs = {} if cache is None else {_cache_keyword(model): cache}
+    kwargs = {} if cache is None else {cache_keyword: cache}
     out = model(input_ids=ids, use_cache=cache is not None, logits_to_keep=n, **kwargs)
     return out.logits[:, -n:].float()  # [B, n, V]
