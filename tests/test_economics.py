@@ -192,3 +192,38 @@ def test_errors_say_what_is_wrong(call, match):
 def test_public_api():
     assert {"expected_tokens", "speedup", "optimal_gamma"} <= set(economics.__all__)
     assert "notebooks/02_speedup_economics.ipynb" in economics.__doc__
+
+
+# ---- the notebook derives the same functions ------------------------------------------------------------------
+
+
+def test_notebook_derivations_agree_with_the_library(capsys):
+    """Run notebooks/02's derivation cells (sections 1 to 4, no plots) and compare what they define."""
+    from pathlib import Path
+
+    import matplotlib
+    import nbformat
+
+    matplotlib.use("Agg")
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "02_speedup_economics.ipynb", as_version=4)
+    end = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## 5."))
+    cells = [c.source for c in nb.cells[:end] if c.cell_type == "code"][1:]  # without the setup cell
+    ns = {"torch": __import__("torch")}
+    for source in cells:
+        if not source.startswith("# NBVAL_IGNORE_OUTPUT"):
+            exec(compile(source, "notebooks/02", "exec"), ns)
+    rng = random.Random(1)
+    for _ in range(500):
+        a, g, c = rng.choice([0.0, 1.0, rng.random()]), rng.randint(0, 20), rng.random() * 0.4
+        assert ns["expected_tokens"](a, g) == pytest.approx(expected_tokens(a, g), rel=1e-9, abs=1e-12)
+        assert ns["speedup"](a, g, c) == pytest.approx(speedup(a, g, c), rel=1e-9, abs=1e-12)
+        alphas = [rng.random() for _ in range(g)]
+        assert ns["expected_tokens_by_depth"](alphas) == pytest.approx(expected_tokens_by_depth(alphas), rel=1e-12)
+        if c > 0.01:  # c = 0: float ties between long drafts
+            assert ns["optimal_gamma"](a, c) == optimal_gamma(a, c), (a, c)
+    m = QWEN25_7B_ON_H100
+    for batch in (1, 7, 64, 300):
+        for t in (1, 2, 5, 9):
+            assert ns["step_time"](batch, t) == pytest.approx(m.step_time(batch, t), rel=1e-12)
+        assert ns["crossover_batch"](batch % 9 + 1) == pytest.approx(m.crossover_batch(batch % 9 + 1), rel=1e-12)
+    assert "True" in capsys.readouterr().out
