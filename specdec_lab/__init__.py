@@ -12,3 +12,7 @@ REPO_URL = "https://github.com/specdec-lab/specdec-lab"
 # The speculative loop and the draft-model drafter (chapter 03), importable from the package root.
 from specdec_lab.decoding import Generation, generate  # noqa: E402
 from specdec_lab.drafters import DraftModelDrafter  # noqa: E402
+
+# Drafting without a drafter (chapter 07): prompt lookup and lookahead decoding.
+from specdec_lab.ngram import PromptLookupDrafter  # noqa: E402
+from specdec_lab.lookahead import lookahead_generate  # noqa: E402

@@ -133,8 +133,10 @@ def gather(cache, indices) -> None:
 
 def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None, assistant=None,
                 num_assistant_tokens: int = 4, schedule: str = "constant",
-                confidence_threshold: float | None = None) -> torch.Tensor:
+                confidence_threshold: float | None = None, prompt_lookup_num_tokens: int | None = None) -> torch.Tensor:
     """Hugging Face's own greedy `model.generate`, assisted by `assistant` when given: the new ids [n].
+
+    prompt_lookup_num_tokens: HF's prompt lookup decoding instead (draft length; HF's own n-gram size, 2).
 
     eos_token_id None: never stop early (the model's generation_config default is overridden).
     Assisted generation reads its draft settings from the ASSISTANT's generation_config, in 4.x and in 5.x
@@ -161,6 +163,8 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None
         assistant_config.num_assistant_tokens_schedule = schedule
         assistant_config.assistant_confidence_threshold = confidence_threshold or 0.0
         kwargs["assistant_model"] = assistant
+    if prompt_lookup_num_tokens is not None:
+        kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the assistant's inner generate() warns about its own config
     try:

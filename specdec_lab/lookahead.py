@@ -1,0 +1,200 @@
+"""Jacobi decoding and lookahead decoding: the target drafts for itself, no draft model, no training.
+
+Derived in notebooks/07_ngram_and_lookahead.ipynb.
+
+Jacobi decoding guesses N future tokens and refines all of them in one forward pass per iteration; the
+fixed point is the greedy continuation, reached in at most N iterations. Lookahead decoding (Fu et al.,
+2024) keeps the last N - 1 Jacobi iterates of a window of W tokens, reads n-grams off them into an
+`NgramPool`, and verifies up to G pooled n-grams that start with the current token, all in ONE forward pass:
+
+    input  = [pending token(s) | window: N-1 levels x W | guesses: G x (N-1)]
+    mask   = `lookahead_layout(...)`: window tokens see level 0 up to their column and the earlier levels of
+             their column; each guess sees its own earlier tokens; everyone sees the committed text.
+
+    gen = lookahead_generate(target, ids, max_new_tokens=64, window=4, ngram=4, guesses=4)
+
+Greedy only: every emitted token is the target's argmax after the committed text, so the output equals
+greedy decoding token for token.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from specdec_lab import lm
+from specdec_lab.decoding import Generation, _eos_set, _prompt
+from specdec_lab.ngram import NgramPool, _positive_int
+
+__all__ = ["jacobi_iteration", "jacobi_decode", "JacobiResult", "lookahead_layout", "lookahead_generate"]
+
+
+# ---- Jacobi decoding ----------------------------------------------------------------------------------
+
+
+def jacobi_iteration(target, ids: Tensor, guess: Tensor) -> Tensor:
+    """One Jacobi update without a cache: ids [1, T], guess [N] -> the target's argmax at each guess slot, [N].
+
+    new[i] = argmax p(. | ids, guess[:i]): all N slots updated from the OLD guess, in one forward pass.
+    """
+    T, N = ids.shape[1], guess.shape[0]
+    logits = lm.forward(target, torch.cat([ids, guess.reshape(1, N).to(ids)], 1))  # [1, T+N, V]
+    return logits[0, T - 1:T - 1 + N].argmax(-1)  # [N]: row T-1 predicts slot 0, row T-1+i predicts slot i
+
+
+@dataclass
+class JacobiResult:
+    """tokens: the fixed point (= greedy continuation); iterations: forward passes used (<= N);
+    trajectory: the guess before each pass, then the final tokens."""
+
+    tokens: list[int]
+    iterations: int
+    trajectory: list[list[int]] = field(default_factory=list)
+
+
+@torch.inference_mode()
+def jacobi_decode(target, input_ids, n: int, guess=None) -> JacobiResult:
+    """Decode n tokens by Jacobi iteration from `guess` (default: the last prompt token, n times).
+
+    Stops at a fixed point (the update changes nothing) or after n passes: after k passes the first k tokens
+    are certainly right (slot i only depends on slots < i), so n passes always reach the greedy output.
+    The prompt is cached once; each pass feeds [last prompt token, guess[:-1]] and crops the cache back.
+    """
+    n = _positive_int(n, "n", "tokens to decode in parallel")
+    ids = _prompt(target, input_ids, n)  # [1, T]
+    T = ids.shape[1]
+    y = ids[0, -1:].repeat(n) if guess is None else torch.as_tensor(guess, dtype=torch.long, device=ids.device)
+    if y.shape != (n,):
+        raise ValueError(f"guess must hold n = {n} token ids, got shape {list(y.shape)}")
+    cache = lm.new_cache(target)
+    if T > 1:
+        lm.forward_last(target, ids[:, :-1], cache, 1)  # the prompt but its last token, once
+    trajectory, iterations = [y.tolist()], 0
+    while iterations < n:
+        x = torch.cat([ids[:, -1:], y[None, :-1]], 1)  # [1, n]: last prompt token, then guesses 0..n-2
+        new = lm.forward_last(target, x, cache, n)[0].argmax(-1)  # [n]
+        lm.crop(cache, T - 1)
+        iterations += 1
+        if torch.equal(new, y):
+            break  # a fixed point: y already was the greedy continuation
+        y = new
+        trajectory.append(y.tolist())
+    return JacobiResult(y.tolist(), iterations, trajectory)
+
+
+# ---- lookahead decoding -------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def lookahead_layout(pending: int, window: int, levels: int, guesses: int, ngram: int) -> tuple[Tensor, Tensor]:
+    """The mask and position offsets of one lookahead pass: (bool [n, n], long [n]).
+
+    Input order: `pending` committed-but-unfed tokens (causal; the last is the current token at offset
+    pending - 1 =: t), then `levels` rows of `window` tokens (level l, column j at offset t + 1 + l + j), then
+    `guesses` n-grams of ngram - 1 tokens (token i at offset t + 1 + i). n = pending + levels*W + guesses*(N-1).
+    Window token (l, j) sees level 0 columns 0..j and levels 1..l of column j: consecutive positions, one
+    Jacobi trajectory. Guess token i sees its own n-gram's tokens 0..i. All see the pending tokens.
+    """
+    P, W, L, G, m = pending, window, levels, guesses, ngram - 1
+    n = P + L * W + G * m
+    mask = torch.zeros(n, n, dtype=torch.bool)  # [n, n] True = row may attend to column
+    offsets = torch.zeros(n, dtype=torch.long)  # [n] position minus the first pending token's position
+    mask[:, :P] = True
+    mask[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril()  # pending tokens: causal among themselves
+    offsets[:P] = torch.arange(P)
+    t = P - 1
+    for l in range(L):
+        for j in range(W):
+            r = P + l * W + j
+            offsets[r] = t + 1 + l + j
+            mask[r, P:P + j + 1] = True  # level 0, columns 0..j
+            mask[r, [P + k * W + j for k in range(1, l + 1)]] = True  # levels 1..l of column j (itself last)
+    for g in range(G):
+        start = P + L * W + g * m
+        for i in range(m):
+            offsets[start + i] = t + 1 + i
+            mask[start + i, start:start + i + 1] = True  # causal within its own n-gram
+    return mask, offsets
+
+
+def _check_sizes(window, ngram, guesses) -> tuple[int, int, int]:
+    window = _positive_int(window, "window", "Jacobi window width W")
+    ngram = _positive_int(ngram, "ngram", "n-gram size N")
+    guesses = _positive_int(guesses, "guesses", "n-grams verified per step G")
+    if ngram < 2:
+        raise ValueError(f"ngram (n-gram size N) must be >= 2: a key token plus at least one drafted token, "
+                         f"got {ngram}")
+    return window, ngram, guesses
+
+
+@torch.inference_mode()
+def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id=None, window: int = 4,
+                       ngram: int = 4, guesses: int = 4, seed: int = 0, prompt_ngrams: bool = False) -> Generation:
+    """Greedy lookahead decoding: identical output to the target's greedy decoding, in fewer target passes.
+
+    window W: Jacobi window width; ngram N: n-gram size (the window keeps N - 1 levels); guesses G: pooled
+    n-grams verified per step. Level 0 starts as W prompt tokens drawn with `seed`; until N - 1 levels exist
+    no n-gram is collected. prompt_ngrams: also fill the pool with the prompt's own n-grams at the start.
+    Generation.accept_lengths: pooled tokens accepted per pass; draft_lengths: N - 1 when guesses were verified.
+    """
+    start = time.perf_counter()
+    W, N, G = _check_sizes(window, ngram, guesses)
+    ids = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
+    eos = _eos_set(eos_token_id)
+    committed = ids[0].tolist()
+    T0 = len(committed)
+    pool = NgramPool(N, G)
+    if prompt_ngrams:
+        pool.update(committed[i:i + N] for i in range(T0 - N + 1))
+    pick = torch.randint(0, T0, (W,), generator=torch.Generator().manual_seed(seed))
+    levels = [[committed[i] for i in pick.tolist()]]  # [1, W] to start; grows to [N-1, W]
+    cache = lm.new_cache(target)
+    gen = Generation(tokens=[], target_calls=0)
+    while len(committed) - T0 < max_new_tokens:
+        past = lm.cache_len(cache)  # = len(committed) - 1 after the first pass
+        P, L = len(committed) - past, len(levels)
+        cands = pool.get(committed[-1])[-G:]  # the G most recently seen n-grams after the current token
+        mask, offsets = lookahead_layout(P, W, L, len(cands), N)
+        x = committed[past:] + [t for row in levels for t in row] + [t for c in cands for t in c]
+        best = lm.forward(target, torch.tensor([x], device=ids.device), cache,
+                          positions=past + offsets.to(ids.device), mask=mask)[0].argmax(-1).tolist()  # [n]
+        # verification: pred[i] = the target's token after the current one and guess tokens 0..i-1
+        emitted, used = [best[P - 1]], []
+        for g, cand in enumerate(cands):
+            base = P + L * W + g * (N - 1)
+            pred = [best[P - 1]] + best[base:base + N - 1]  # [N]
+            k = next((i for i in range(N - 1) if cand[i] != pred[i]), N - 1)
+            if k + 1 > len(emitted):
+                emitted, used = pred[:k + 1], list(range(base, base + k))  # input indices of accepted tokens
+        accepted = len(emitted) - 1
+        # the lookahead branch: read n-grams off the columns, shift in the newest level
+        out = best[P + (L - 1) * W:P + L * W]  # [W] predictions after the last level
+        if L == N - 1:
+            pool.update([row[j] for row in levels] + [out[j]] for j in range(W))
+            levels = levels[1:] + [out]
+        else:
+            levels.append(out)
+        # commit, cut at the budget and at EOS, keep the KV of the committed tokens only
+        emitted = emitted[:max_new_tokens - (len(committed) - T0)]
+        hit = next((i for i, t in enumerate(emitted) if t in eos), None)
+        if hit is not None:
+            emitted = emitted[:hit + 1]
+        keep = list(range(past + P)) + [past + i for i in used[:len(emitted) - 1]]
+        if len(keep) == past + P:
+            lm.crop(cache, past + P)
+        else:
+            lm.gather(cache, keep)
+        committed += emitted
+        assert lm.cache_len(cache) == len(committed) - 1, f"cache {lm.cache_len(cache)}, text {len(committed)}"
+        gen.target_calls += 1
+        gen.accept_lengths.append(accepted)
+        gen.draft_lengths.append(N - 1 if cands else 0)
+        if hit is not None:
+            break
+    gen.tokens = committed[T0:]
+    gen.seconds = time.perf_counter() - start
+    return gen
