@@ -5,11 +5,11 @@ Derived in notebooks/03_draft_target.ipynb.
     gen = generate(target, ids, DraftModelDrafter(draft, gamma=4), max_new_tokens=64)
     gen.tokens, gen.target_calls, gen.mean_accepted      # new tokens, target passes, τ
 
-One loop serves every method: the drafter's `propose()` returns a `DraftTree` (a chain here), the target
-scores the pending token plus the drafts in ONE cached forward, `verify` keeps the accepted prefix plus one
-corrected or bonus token, and the target cache is cropped back to the committed text. With no drafter the
-same loop proposes nothing and is plain autoregressive decoding: the baseline every speedup is measured
-against.
+One loop serves every method: the drafter's `propose()` returns a `DraftTree` (a chain, or from chapter 04
+a tree read through a tree mask), the target scores the pending token plus the drafts in ONE cached forward,
+`verify` keeps the accepted prefix plus one corrected or bonus token, and the target cache is cropped (chain)
+or compacted (tree) back to the committed text. With no drafter the same loop proposes nothing and is plain
+autoregressive decoding: the baseline every speedup is measured against.
 
 Cache invariant (asserted every step): before each target forward the cache holds every committed token
 except the last one, cache_len == len(committed) - 1; that last, "pending" token is the first input of
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from specdec_lab import lm
 from specdec_lab.sampling import probs_from_logits, verify_chain
-from specdec_lab.tree import DraftTree
+from specdec_lab.tree import DraftTree, compact, tree_forward, verify_tree
 
 __all__ = ["Warp", "Generation", "generate", "generate_naive", "verify", "context_length"]
 
@@ -74,7 +74,9 @@ class Generation:
     tokens: the new token ids only (not the prompt), at most max_new_tokens, ending at the first EOS.
     target_calls: target forward passes (the prompt is read in the first one, together with its drafts).
     accept_lengths: per target call, how many drafted tokens the verifier accepted (0 to γ).
-    draft_lengths: per target call, how many tokens the drafter proposed (0 for plain decoding).
+    draft_lengths: per target call, how many tokens deep the drafter proposed (γ for a chain, the depth of a
+        tree; 0 for plain decoding). draft_nodes: per target call, how many tokens the target verified
+        besides the pending one (γ for a chain, every node of a tree).
     seconds: wall-clock time of the whole call.
     """
 
@@ -82,6 +84,7 @@ class Generation:
     target_calls: int
     accept_lengths: list[int] = field(default_factory=list)
     draft_lengths: list[int] = field(default_factory=list)
+    draft_nodes: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -99,7 +102,9 @@ class Generation:
         """α, the fraction of the drafted tokens the verifier TESTED that it accepted.
 
         A call that accepts n of its d drafts tested n + 1 of them when n < d (the rejected one is the
-        last) and all d when n = d; drafts after a rejection were never tested and do not count.
+        last) and all d when n = d; drafts after a rejection were never tested and do not count. For a
+        tree, d is its depth: α is then the chance that a level holds the target's token, given the one
+        above did.
         """
         tested = sum(min(n + 1, d) for n, d in zip(self.accept_lengths, self.draft_lengths))
         return sum(self.accept_lengths) / tested if tested else 0.0
@@ -203,14 +208,20 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
         budget = max_new_tokens - (T - T0)  # tokens we may still emit; a pass emits at most drafts + 1
         tree = drafter.propose(buf[:, :T], warp, budget - 1) if drafter is not None else DraftTree([], [])
         n = len(tree)
-        if n > budget - 1:
-            raise RuntimeError(f"the drafter proposed {n} tokens when at most {budget - 1} were allowed")
-        if n:
-            buf[0, T:T + n] = torch.as_tensor(tree.tokens)
+        if tree.depth > budget - 1:
+            raise RuntimeError(f"the drafter proposed {tree.depth} tokens deep when at most {budget - 1} were allowed")
         past = lm.cache_len(cache)
         assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
-        logits = lm.forward_last(target, buf[:, past:T + n], cache, n + 1)[0]  # [n+1, V] pending + n drafts
-        emitted = verify(logits, tree, warp)  # accepted drafts + one corrected / bonus token
+        if tree.is_chain:
+            if n:
+                buf[0, T:T + n] = torch.as_tensor(tree.tokens)
+            logits = lm.forward_last(target, buf[:, past:T + n], cache, n + 1)[0]  # [n+1, V] pending + n drafts
+            emitted = verify(logits, tree, warp)  # accepted drafts + one corrected / bonus token
+            path = list(range(len(emitted) - 1))
+        else:  # chapter 04: the whole tree in one forward (tree mask), then walk it from the root
+            logits = tree_forward(target, buf[:, past:T], tree.parents, tree.tokens, cache)  # [n+1, V]
+            path, emitted = verify_tree(logits, tree, warp)
+            compact(cache, T, path)  # keep the committed text and the accepted nodes' K/V
         accepted = len(emitted) - 1
         emitted = emitted[:budget]
         hit = next((i for i, t in enumerate(emitted) if t in eos), None) if eos else None
@@ -223,11 +234,12 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
         assert lm.cache_len(cache) == T - 1, f"target cache holds {lm.cache_len(cache)}, committed {T}"
         gen.target_calls += 1
         gen.accept_lengths.append(accepted)
-        gen.draft_lengths.append(n)
+        gen.draft_lengths.append(tree.depth)
+        gen.draft_nodes.append(n)
         if hit is not None:
             break
         if drafter is not None:
-            drafter.commit(buf[:, :T], accepted)
+            drafter.commit(buf[:, :T], accepted, path[: k])
     gen.tokens = buf[0, T0:T].tolist()
     gen.seconds = time.perf_counter() - start
     return gen
@@ -266,6 +278,7 @@ def generate_naive(target, draft, input_ids, gamma: int = 3, max_new_tokens: int
         emitted = verify(logits, tree, warp)
         gen.accept_lengths.append(len(emitted) - 1)
         gen.draft_lengths.append(n)
+        gen.draft_nodes.append(n)
         gen.target_calls += 1
         emitted = emitted[:budget]
         hit = next((i for i, t in enumerate(emitted) if t in eos), None)

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from specdec_lab import lm
 from specdec_lab.decoding import Warp, context_length
-from specdec_lab.tree import DraftTree
+from specdec_lab.tree import DraftTree, branching_parents, compact, tree_depths, tree_mask
 
 __all__ = ["Drafter", "DraftModelDrafter", "early_exit_model", "fake_quantized_model", "fake_quantize"]
 
@@ -41,8 +41,11 @@ class Drafter:
         """Draft at most `limit` tokens to follow the committed ids [1, T]."""
         raise NotImplementedError
 
-    def commit(self, ids: Tensor, accepted: int) -> None:
-        """The verifier kept `accepted` drafts plus one token of its own; ids [1, T'] is the committed text."""
+    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None) -> None:
+        """The verifier kept `accepted` drafts plus one token of its own; ids [1, T'] is the committed text.
+
+        path: the accepted nodes' indices in the proposed DraftTree (for a chain, 0 .. accepted - 1).
+        """
 
 
 def _vocab(model) -> int:
@@ -50,19 +53,35 @@ def _vocab(model) -> int:
 
 
 class DraftModelDrafter(Drafter):
-    """A small model with the target's vocabulary drafts γ tokens, one cached forward per token.
+    """A small model with the target's vocabulary drafts a chain of γ tokens, or a tree.
 
-    The draft keeps its own KV cache under the same invariant as the target's: it holds the committed text
-    except the last token, which `propose` feeds first. After a rejection `commit` crops the cache back to
-    len(committed) - 1. When all γ drafts are accepted the cache lags one more token (the draft never fed its
-    own last draft), so the next `propose` feeds two tokens, that draft and the target's bonus token.
+    Chain (gamma=γ, chapter 03): one cached forward per token. The draft keeps its own KV cache under the
+    same invariant as the target's: it holds the committed text except the last token, which `propose`
+    feeds first. After a rejection `commit` crops the cache back to len(committed) - 1. When all γ drafts
+    are accepted the cache lags one more token (the draft never fed its own last draft), so the next
+    `propose` feeds two tokens, that draft and the target's bonus token.
+
+    Tree (branching=[b0, b1, ...], chapter 04): level l gives every frontier node b_l children, the top-b_l
+    tokens (greedy) or b_l i.i.d. draws from q (sampling), and each level is ONE draft forward over the
+    whole frontier with a tree mask. `commit` keeps the accepted path's K/V by gather. branching=[1] * γ is
+    the chain of gamma=γ.
     """
 
-    def __init__(self, draft, gamma: int = 3):  # γ = 3 measured best for the zoo pair on a 2-core CPU
-        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-            raise ValueError(f"gamma (tokens drafted per step) must be an int >= 1, got {gamma!r}; "
-                             "for plain decoding pass drafter=None")
-        self.model, self.gamma, self.cache = draft, gamma, None
+    def __init__(self, draft, gamma: int | None = None, branching: list[int] | None = None):
+        if branching is not None:
+            branching_parents(branching)  # checks it
+            if gamma is not None and gamma != len(branching):
+                raise ValueError(f"gamma={gamma} and branching={branching} disagree: pass one of them "
+                                 "(a chain of γ tokens is branching=[1] * γ)")
+            branching = [int(b) for b in branching]
+        else:
+            gamma = 3 if gamma is None else gamma  # γ = 3 measured best for the zoo pair on a 2-core CPU
+            if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+                raise ValueError(f"gamma (tokens drafted per step) must be an int >= 1, got {gamma!r}; "
+                                 "for plain decoding pass drafter=None")
+            branching = [1] * gamma
+        self.model, self.branching, self.gamma, self.cache = draft, branching, len(branching), None
+        self.tree, self.base = None, 0  # the last proposed tree and the committed length it was drafted after
 
     def start(self, target, ids: Tensor) -> None:
         vt, vd = _vocab(target), _vocab(self.model)
@@ -77,12 +96,20 @@ class DraftModelDrafter(Drafter):
         self.cache = lm.new_cache(self.model)
 
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
-        n = min(self.gamma, limit)
-        if n <= 0:
+        branching = self.branching[: max(limit, 0)]  # a pass can emit at most depth + 1 tokens
+        if not branching:
             return DraftTree.chain([])
         past = lm.cache_len(self.cache)
         assert ids.shape[1] - 2 <= past <= ids.shape[1] - 1 or past == 0, f"draft cache {past}, text {ids.shape[1]}"
-        x = ids[:, past:]  # [1, 1] the pending token; [1, 2] after an all-accepted step; the prompt at first
+        self.base = ids.shape[1]
+        if all(b == 1 for b in branching):
+            self.tree = self._chain(ids[:, past:], warp, len(branching))
+        else:
+            self.tree = self._tree(ids[:, past:], warp, branching)
+        return self.tree
+
+    def _chain(self, x: Tensor, warp: Warp, n: int) -> DraftTree:
+        # x: [1, 1] the pending token; [1, 2] after an all-accepted step; the prompt at first
         tokens, qs = [], []
         for _ in range(n):
             logits = lm.forward_last(self.model, x, self.cache, 1)[:, -1]  # [1, V]
@@ -96,7 +123,37 @@ class DraftModelDrafter(Drafter):
         # the cache now holds len(ids) + n - 1 positions: the last draft was never fed
         return DraftTree.chain(torch.cat(tokens, 1)[0].tolist(), torch.cat(qs) if qs else None)  # q: [n, V]
 
-    def commit(self, ids: Tensor, accepted: int) -> None:
+    def _tree(self, x: Tensor, warp: Warp, branching: list[int]) -> DraftTree:
+        logits = lm.forward_last(self.model, x, self.cache, 1)[0]  # [1, V] after the last committed token
+        tokens, parents, qs, frontier = [], [], [], [-1]  # frontier: the nodes `logits` rows belong to
+        for level, b in enumerate(branching):
+            if level:  # feed the frontier: one forward, each node sees the text, its ancestors and itself
+                m, fed = len(frontier), len(tokens) - len(frontier)  # frontier = the last m nodes
+                mask = torch.cat([torch.ones(m, self.base, dtype=torch.bool),
+                                  tree_mask(parents)[-m:]], 1)  # [m, base + all nodes]
+                positions = torch.full((m,), self.base + level - 1)  # [m] all at this depth
+                assert lm.cache_len(self.cache) == self.base + fed
+                logits = lm.forward(self.model, torch.tensor([tokens[-m:]]), self.cache, positions, mask)[0]  # [m, V]
+            if warp.greedy:
+                kids = logits.topk(b, -1).indices  # [m, b] distinct picks
+            else:
+                q = warp.probs(logits)  # [m, V]
+                kids = torch.multinomial(q, b, replacement=True, generator=warp.generator)  # [m, b] i.i.d.
+                qs.append(q.repeat_interleave(b, 0))  # [m*b, V] each child's proposal row
+            new = []
+            for row, parent in enumerate(frontier):
+                for token in kids[row].tolist():
+                    new.append(len(tokens))
+                    tokens.append(token)
+                    parents.append(parent)
+            frontier = new
+        # the cache holds base + (nodes above the last level): the last level was never fed
+        return DraftTree(tokens, parents, torch.cat(qs) if qs else None)
+
+    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None) -> None:
+        if self.tree is not None and not self.tree.is_chain:
+            fed = sum(d < self.tree.depth - 1 for d in tree_depths(self.tree.parents))  # the last level never was
+            compact(self.cache, self.base, path or [], fed)  # keep the text and the accepted nodes' K/V
         lm.crop(self.cache, ids.shape[1] - 1)  # after a rejection: forget the drafts past the accepted ones
         # all accepted: nothing to crop, the cache holds len(ids) - 2 (one behind)
 

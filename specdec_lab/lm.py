@@ -56,14 +56,18 @@ def attention_mask_4d(mask: torch.Tensor | None, batch: int, past: int, n: int,
                       dtype: torch.dtype, device) -> torch.Tensor:
     """Additive mask [B, 1, n, past + n]: 0 where a new token may attend, finfo(dtype).min where not.
 
-    `mask` [n, n] or [B, n, n], True = may attend, says which NEW tokens see which; None = causal.
-    Every cached position is visible to every new token.
+    `mask` [n, n] or [B, n, n], True = may attend, says which NEW tokens see which, and every cached
+    position is visible to every new token; or [n, past + n] / [B, n, past + n] to say it for the cached
+    positions too (a drafter that grows a tree level by level hides the cached siblings). None = causal.
     """
     if mask is None:
         mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()                 # [n, n] causal
-    mask = mask.to(device=device, dtype=torch.bool).expand(batch, n, n)                 # [B, n, n]
-    seen = torch.ones(batch, n, past, dtype=torch.bool, device=device)                  # [B, n, past]
-    allowed = torch.cat([seen, mask], dim=-1)[:, None]                                  # [B, 1, n, past+n]
+    mask = mask.to(device=device, dtype=torch.bool)
+    if mask.shape[-1] == n:
+        mask = torch.cat([mask.new_ones(*mask.shape[:-1], past), mask], dim=-1)         # [.., n, past+n]
+    if mask.shape[-2:] != (n, past + n):
+        raise ValueError(f"mask must be [n, n] or [n, past + n] with n={n}, past={past}, got {list(mask.shape)}")
+    allowed = mask.expand(batch, n, past + n)[:, None]                                  # [B, 1, n, past+n]
     blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=device)
     return torch.where(allowed, torch.zeros((), dtype=dtype, device=device), blocked)   # [B, 1, n, past+n]
 
@@ -74,7 +78,8 @@ def forward(model, ids: torch.Tensor, cache=None, positions: torch.Tensor | None
 
     positions: absolute position ids [n] or [B, n]; default cache_len(cache) + arange(n).
     mask: bool [n, n] or [B, n, n], True = new token i may attend to new token j (e.g. a tree mask);
-          the cached prefix is always visible. None with default positions = ordinary causal attention.
+          the cached prefix is always visible. Or [(B,) n, past + n] to mask cached positions too.
+          None with default positions = ordinary causal attention.
     Returns logits [B, n, V] as float32; with hidden=True, (logits, hidden_states) where hidden_states is
     HF's tuple of num_layers + 1 tensors [B, n, H]: [0] = input to the first layer (embeddings), [i] =
     output of layer i, [-1] = output of the last layer AFTER the final norm (what the LM head reads).

@@ -1,16 +1,38 @@
-"""Draft trees: what every drafter proposes and the verifier checks.
+"""Draft trees: what every drafter proposes and the verifier checks, in ONE target forward.
+
+Derived in notebooks/04_tree_attention.ipynb.
 
 A drafter returns a `DraftTree`: node i holds a token, the index of its parent node (-1 for a child of the
 last committed token) and, for drafters that sample, the distribution q_i the token was drawn from.
 Parents always come before their children. A chain (one child per node) is the case of chapter 03.
+
+The target reads the tree as one sequence: each node attends to the committed text, its ancestors and
+itself (`tree_mask`), at position len(text) + depth (`tree_positions`), so every node's logits equal those of
+its own path computed alone. Verification walks down from the root (`verify_tree`), and the target cache
+keeps the accepted path's K/V by gather (`compact`), with no recomputation.
+
+Two index conventions, one per job:
+  * a DraftTree's nodes come AFTER the committed text: parent -1 means "child of the last committed token";
+  * verification works on the ROOTED tree, node 0 = the last committed (pending) token, which the target
+    reads first: `rooted(tree)` -> (parents, tokens) with parents[0] = -1 and every other index shifted by 1,
+    the layout of seed 000's exercise (`target_logits[i]` predicts the token after rooted node i).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import product
 
+import torch
 from torch import Tensor
+
+from specdec_lab import lm
+from specdec_lab.sampling import verify_candidates
+
+__all__ = ["DraftTree", "tree_mask", "tree_depths", "tree_positions", "tree_forward", "tree_logits",
+           "branching_parents", "choices_parents", "full_choices", "count_nodes", "rooted", "children_of",
+           "verify_tree_greedy", "verify_tree_sampling", "verify_tree", "compact"]
 
 
 @dataclass
@@ -19,7 +41,8 @@ class DraftTree:
 
     tokens: n token ids. parents: n parent indices, -1 for a child of the last committed token, otherwise
     an earlier node. q: [n, V] the distribution each node's token was sampled from, or None when the
-    drafter is deterministic (greedy, prompt lookup): the verifier then treats each node as one-hot.
+    drafter is deterministic (greedy, top-k picks, prompt lookup): the verifier then treats the siblings
+    as distinct deterministic picks. Siblings sampled from q must share their q row (drawn i.i.d.).
     """
 
     tokens: list[int]
@@ -47,5 +70,207 @@ class DraftTree:
         """True when every node is the only child of the node before it (an empty tree is a chain too)."""
         return self.parents == list(range(-1, len(self.parents) - 1))
 
+    @property
+    def depth(self) -> int:
+        """Drafted tokens on the longest root-to-leaf path: the most one target pass can accept."""
+        return max(tree_depths(self.parents), default=-1) + 1
+
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+# ---- shape: mask, depths, positions -----------------------------------------------------------------
+
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """depth[i] = number of ancestors of node i inside the tree (0 for a child of the committed text)."""
+    depth: list[int] = []
+    for p in parents:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    return depth
+
+
+def tree_mask(parents: Sequence[int]) -> Tensor:
+    """[n, n] bool: mask[i, j] is True when node j is node i itself or one of its ancestors."""
+    n = len(parents)
+    mask = torch.eye(n, dtype=torch.bool)  # [n, n] every node sees itself
+    for i, p in enumerate(parents):
+        if p >= 0:
+            mask[i] |= mask[p]  # ... and everything its parent sees (parents come first)
+    return mask
+
+
+def tree_positions(parents: Sequence[int], offset: int = 0) -> Tensor:
+    """[n] position ids: offset + depth. Siblings share a position, as they would in their own paths."""
+    return offset + torch.tensor(tree_depths(parents), dtype=torch.long)
+
+
+# ---- one forward over the tree -------------------------------------------------------------------------
+
+
+def tree_forward(model, new_ids: Tensor, parents: Sequence[int], tokens: Sequence[int], cache) -> Tensor:
+    """Feed the uncached committed tokens new_ids [1, k] (k >= 1) and a tree after them in ONE forward.
+
+    The cache holds the committed text before new_ids (`past` positions). The k new tokens attend causally;
+    each tree node attends to all committed tokens, its ancestors and itself, at position past + k + depth.
+    Returns [n + 1, V] float32 logits: row 0 at the last committed token (it predicts the depth-0 nodes),
+    row i + 1 at node i. The cache grows by k + n positions; `compact` keeps the accepted ones.
+    """
+    k, n, past = new_ids.shape[1], len(parents), lm.cache_len(cache)
+    mask = torch.zeros(k + n, k + n, dtype=torch.bool)  # [k+n, k+n] which new token sees which
+    mask[:k, :k] = torch.ones(k, k, dtype=torch.bool).tril()  # the committed tokens: causal
+    mask[k:, :k] = True  # every node sees all committed tokens
+    mask[k:, k:] = tree_mask(parents)  # ... and its ancestors and itself
+    positions = torch.cat([past + torch.arange(k), tree_positions(parents, past + k)])  # [k+n]
+    x = torch.cat([new_ids, torch.as_tensor([list(tokens)], dtype=torch.long, device=new_ids.device)], 1)
+    return lm.forward(model, x, cache, positions=positions, mask=mask)[0, k - 1:]  # [n+1, V]
+
+
+@torch.no_grad()
+def tree_logits(model, prefix_ids: Tensor, tokens: Sequence[int], parents: Sequence[int]) -> Tensor:
+    """[n, V] the logits at every node of a tree after prefix_ids [1, T]: the prefix cached, then one forward.
+
+    Row i equals the last-position logits of an ordinary forward over prefix + the path to node i.
+    """
+    cache = lm.new_cache(model)
+    if prefix_ids.shape[1] > 1:
+        lm.forward(model, prefix_ids[:, :-1], cache)  # cache the prefix but its last token
+    return tree_forward(model, prefix_ids[:, -1:], parents, tokens, cache)[1:]  # [n, V]
+
+
+# ---- static shapes ---------------------------------------------------------------------------------------
+
+
+def branching_parents(branching: Sequence[int]) -> list[int]:
+    """Parents of the full tree where every node of level l has branching[l] children, level by level.
+
+    [2, 2, 1, 1] -> 2 + 4 + 4 + 4 = 14 nodes; a chain of depth γ is [1] * γ.
+    """
+    if not branching or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in branching):
+        raise ValueError(f"branching must be a non-empty list of ints >= 1 (children per node at each level), "
+                         f"got {branching!r}")
+    parents, frontier = [], [-1]
+    for b in branching:
+        level = []
+        for p in frontier:
+            for _ in range(b):
+                level.append(len(parents))
+                parents.append(p)
+        frontier = level
+    return parents
+
+
+def count_nodes(branching: Sequence[int]) -> int:
+    """Nodes (root excluded) of the full tree with this branching: sum over levels of prod(branching[:l+1])."""
+    return len(branching_parents(branching))
+
+
+def choices_parents(choices: Sequence[Sequence[int]]) -> list[int]:
+    """Parents for Medusa-style choices: each choice is a path of child ranks, e.g. (0,), (1,), (0, 0), (0, 1).
+
+    Node i is choices[i]; its token will be the choices[i][-1]-th best candidate of head len(choices[i]) - 1.
+    Choices must be sorted so every path's prefix comes before it (sort by (len, path) does that).
+    """
+    index = {(): -1}
+    parents = []
+    for i, c in enumerate(choices):
+        c = tuple(c)
+        if not c or c in index or c[:-1] not in index:
+            raise ValueError(f"choice {i} {c!r}: every choice must be a new, non-empty path whose prefix "
+                             f"{c[:-1]!r} appears earlier; sort choices by (len, path)")
+        parents.append(index[c[:-1]])
+        index[c] = i
+    return parents
+
+
+def full_choices(branching: Sequence[int]) -> list[tuple[int, ...]]:
+    """The choices list of the full tree with this branching, in the order branching_parents numbers it."""
+    levels = [list(product(*(range(b) for b in branching[: d + 1]))) for d in range(len(branching))]
+    return [c for level in levels for c in level]
+
+
+# ---- verification ----------------------------------------------------------------------------------------
+
+
+def rooted(tree: DraftTree, root_token: int) -> tuple[list[int], list[int]]:
+    """(parents, tokens) with the last committed token as node 0 and the drafts as nodes 1..n."""
+    return [-1] + [p + 1 for p in tree.parents], [int(root_token)] + list(tree.tokens)
+
+
+def children_of(parents: Sequence[int]) -> list[list[int]]:
+    """children[i] = the nodes whose parent is i, in index order."""
+    children: list[list[int]] = [[] for _ in parents]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            children[p].append(i)
+    return children
+
+
+def verify_tree_greedy(parents: Sequence[int], tokens: Sequence[int], target_logits: Tensor) -> tuple[list[int], int]:
+    """Walk down from the root, accepting a child only if its token is the target's argmax at its parent.
+
+    parents, tokens: the ROOTED tree (node 0 = last committed token). target_logits [n, V]: row i predicts
+    the token after node i. Returns (path, bonus): accepted node indices from the root (path[0] == 0)
+    and the target's argmax after the deepest accepted node.
+    """
+    best = target_logits.argmax(-1).tolist()  # [n] the target's choice after each node
+    children = children_of(parents)
+    path = [0]
+    while True:
+        match = next((c for c in children[path[-1]] if tokens[c] == best[path[-1]]), None)
+        if match is None:
+            return path, best[path[-1]]
+        path.append(match)
+
+
+def verify_tree_sampling(parents: Sequence[int], tokens: Sequence[int], p: Tensor, q: Tensor | None = None,
+                         generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Exact multi-round rejection down the ROOTED tree; the emitted text is distributed as the target's.
+
+    p: [n, V] target probabilities after each node. q: [n, V] the distribution each node was drawn from
+    (row 0, the root, is unused), siblings drawn i.i.d. from their shared row; None: every set of siblings
+    is distinct deterministic picks. At each node the children are tested one after another with
+    `sampling.verify_candidates`; the first accepted one becomes the new node. When all are rejected the
+    residual draw ends the walk; at a leaf the bonus token is drawn from p there.
+    """
+    children = children_of(parents)
+    path = [0]
+    while True:
+        node, kids = path[-1], children[path[-1]]
+        if not kids:
+            return path, int(torch.multinomial(p[node], 1, generator=generator))  # bonus token
+        q_kids = None if q is None else q[kids[0]]  # [V] the siblings' shared proposal
+        if q is not None and not all(torch.equal(q[c], q_kids) for c in kids[1:]):
+            raise ValueError(f"the children of node {node} have different q rows: sampled siblings must be "
+                             "drawn i.i.d. from one distribution (or pass q=None for deterministic picks)")
+        index, token = verify_candidates(p[node], [tokens[c] for c in kids], q_kids, generator)
+        if index is None:
+            return path, token  # every child rejected: the residual's draw ends this pass
+        path.append(kids[index])
+
+
+def verify_tree(logits: Tensor, tree: DraftTree, warp) -> tuple[list[int], list[int]]:
+    """(accepted node indices of `tree`, emitted tokens) from the target's logits [n + 1, V] over the tree.
+
+    The emitted tokens are the accepted nodes' tokens then one corrected or bonus token; `warp` is
+    decoding.Warp (temperature 0: greedy).
+    """
+    parents, tokens = rooted(tree, -1)  # the root's token is never read
+    if warp.greedy:
+        path, last = verify_tree_greedy(parents, tokens, logits)
+    else:
+        q = None if tree.q is None else torch.cat([tree.q[:1], tree.q])  # [n+1, V]: row 0 is a placeholder
+        path, last = verify_tree_sampling(parents, tokens, warp.probs(logits), q, warp.generator)
+    nodes = [i - 1 for i in path[1:]]  # back to DraftTree indices
+    return nodes, [tree.tokens[j] for j in nodes] + [last]
+
+
+def compact(cache, base: int, nodes: Sequence[int], fed: int | None = None) -> None:
+    """Keep the cache's first `base` positions and the K/V of the accepted tree `nodes`, by gather.
+
+    After a tree forward, node j's K/V sits at position base + j (base = committed length when the tree
+    was fed). Only the first `fed` nodes were fed (a drafter never feeds its last level); None = all.
+    No recomputation: an accepted node's K/V was computed with exactly its path in view, at its depth.
+    """
+    keep = list(range(base)) + [base + j for j in nodes if fed is None or j < fed]
+    lm.gather(cache, keep)

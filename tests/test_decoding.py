@@ -184,8 +184,8 @@ class _Recording(DraftModelDrafter):
         self.last_gamma = len(tree)
         return tree
 
-    def commit(self, ids, accepted):
-        super().commit(ids, accepted)
+    def commit(self, ids, accepted, path=None):
+        super().commit(ids, accepted, path)
         self.log.append((ids.shape[1], accepted, self.last_gamma, lm.cache_len(self.cache)))
 
 

@@ -1,0 +1,294 @@
+"""Tests for tree drafts (tree.py) and the tree path of generate() and DraftModelDrafter (chapter 04)."""
+import pytest
+import torch
+from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _noisy_copy, _pooled_chi_square, _prompt
+
+from specdec_lab import DraftModelDrafter, generate, lm, zoo
+from specdec_lab.decoding import Warp
+from specdec_lab.drafters import Drafter
+from specdec_lab.tree import (DraftTree, branching_parents, choices_parents, compact, count_nodes, full_choices,
+                              tree_depths, tree_logits, tree_mask, tree_positions, verify_tree,
+                              verify_tree_greedy, verify_tree_sampling)
+
+TOL = 1e-4  # fp32: a node's logits in the tree vs its path computed alone
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = _llama(layers=3, seed=0)
+    return target, _noisy_copy(target, 0.05, seed=1)
+
+
+def _path_tokens(parents, tokens, i):
+    path = []
+    while i >= 0:
+        path.append(tokens[i])
+        i = parents[i]
+    return path[::-1]
+
+
+def _random_parents(n, g):
+    return [int(torch.randint(-1, i, (1,), generator=g)) if i else -1 for i in range(n)]
+
+
+# ---- shapes ------------------------------------------------------------------------------------------
+
+
+def test_mask_depths_positions():
+    parents = [-1, 0, 0, 1, 1, 2]  # seed 004's small tree, without its root
+    assert tree_depths(parents) == [0, 1, 1, 2, 2, 2]
+    assert tree_positions(parents, offset=10).tolist() == [10, 11, 11, 12, 12, 12]
+    want = torch.tensor([[1, 0, 0, 0, 0, 0],
+                         [1, 1, 0, 0, 0, 0],
+                         [1, 0, 1, 0, 0, 0],
+                         [1, 1, 0, 1, 0, 0],
+                         [1, 1, 0, 0, 1, 0],
+                         [1, 0, 1, 0, 0, 1]], dtype=torch.bool)
+    assert torch.equal(tree_mask(parents), want)
+
+
+def test_static_shapes():
+    assert count_nodes([2, 2, 1, 1]) == 14 and count_nodes([3, 3, 2]) == 30  # seed 004's exercise
+    assert branching_parents([1, 1, 1]) == [-1, 0, 1], "branching [1] * γ is the chain"
+    assert branching_parents([2, 2]) == [-1, -1, 0, 0, 1, 1]
+    assert choices_parents(full_choices([2, 2, 1])) == branching_parents([2, 2, 1])
+    assert choices_parents([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]) == [-1, -1, 0, 0, 1, 2]
+    assert DraftTree([1, 2, 3, 4], [-1, -1, 0, 2]).depth == 3 and DraftTree.chain([]).depth == 0
+    with pytest.raises(ValueError, match="prefix"):
+        choices_parents([(0, 0), (0,)])
+    with pytest.raises(ValueError, match="branching"):
+        branching_parents([2, 0])
+
+
+# ---- tree attention equals per-path computation ------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tree_logits_equal_per_path_logits(pair, seed):
+    target, _ = pair
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(3, 16, (1,), generator=g))
+    parents = _random_parents(n, g)
+    tokens = torch.randint(0, 300, (n,), generator=g).tolist()
+    prefix = _prompt(seed, n=int(torch.randint(1, 12, (1,), generator=g)))
+    got = tree_logits(target, prefix, tokens, parents)  # [n, V]
+    for i in range(n):
+        ids = torch.cat([prefix, torch.tensor([_path_tokens(parents, tokens, i)])], 1)
+        want = lm.forward(target, ids)[0, -1]
+        torch.testing.assert_close(got[i], want, atol=TOL, rtol=0,
+                                   msg=lambda m: f"node {i} of tree {parents}: tree logits differ from its path: {m}")
+
+
+@pytest.mark.skipif(not (zoo.EMBEDDED["tiny"] / "target" / "model.safetensors").exists(), reason="zoo not trained")
+def test_tree_logits_on_the_zoo_target():
+    target, _, _ = zoo.load_pair("tiny")
+    g = torch.Generator().manual_seed(7)
+    parents = _random_parents(20, g)
+    tokens = torch.randint(0, 4096, (20,), generator=g).tolist()
+    prefix = torch.randint(0, 4096, (1, 30), generator=g)
+    got = tree_logits(target, prefix, tokens, parents)
+    for i in range(20):
+        want = lm.forward(target, torch.cat([prefix, torch.tensor([_path_tokens(parents, tokens, i)])], 1))[0, -1]
+        torch.testing.assert_close(got[i], want, atol=TOL, rtol=0)
+
+
+def test_compact_keeps_exactly_the_path_kv(pair):
+    target, _ = pair
+    prefix = _prompt(3, n=9)
+    parents, tokens = [-1, -1, 0, 0, 1, 3], [5, 6, 7, 8, 9, 10]
+    cache = lm.new_cache(target)
+    lm.forward(target, prefix[:, :-1], cache)
+    from specdec_lab.tree import tree_forward
+    tree_forward(target, prefix[:, -1:], parents, tokens, cache)
+    compact(cache, prefix.shape[1], [0, 3, 5])  # the path 5 -> 8 -> 10
+    fresh = lm.new_cache(target)
+    lm.forward(target, torch.cat([prefix, torch.tensor([[5, 8, 10]])], 1), fresh)
+    assert lm.cache_len(cache) == lm.cache_len(fresh) == 12
+    for layer_a, layer_b in zip(_kv(cache), _kv(fresh)):
+        torch.testing.assert_close(layer_a, layer_b, atol=TOL, rtol=0)
+
+
+def _kv(cache):
+    if hasattr(cache, "layers"):
+        return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    return list(cache.key_cache) + list(cache.value_cache)
+
+
+# ---- verification --------------------------------------------------------------------------------------
+
+
+def test_verify_tree_greedy_contract():
+    # rooted: node 0 is the committed root; target predicts 8 after the root, 3 after node 2, 4 after node 4
+    parents, tokens = [-1, 0, 0, 1, 2, 2], [0, 7, 8, 1, 3, 9]
+    logits = torch.full((6, 10), -1.0)
+    for node, best in [(0, 8), (1, 2), (2, 3), (3, 0), (4, 4), (5, 5)]:
+        logits[node, best] = 1.0
+    assert verify_tree_greedy(parents, tokens, logits) == ([0, 2, 4], 4)
+    logits[0] = -1.0
+    logits[0, 6] = 1.0  # no child of the root matches: only the corrected token
+    assert verify_tree_greedy(parents, tokens, logits) == ([0], 6)
+
+
+def test_verify_tree_maps_back_to_draft_indices():
+    tree = DraftTree([7, 8, 1, 3, 9], [-1, -1, 0, 1, 1])
+    logits = torch.full((6, 10), -1.0)
+    for node, best in [(0, 8), (1, 2), (2, 3), (3, 0), (4, 4), (5, 5)]:
+        logits[node, best] = 1.0
+    assert verify_tree(logits, tree, Warp()) == ([1, 3], [8, 3, 4])
+
+
+def test_sampling_siblings_must_share_q():
+    q = torch.tensor([[0.5, 0.5], [0.2, 0.8]])
+    with pytest.raises(ValueError, match="i.i.d."):
+        verify_tree_sampling([-1, 0, 0], [0, 0, 1], torch.full((3, 2), 0.5), torch.cat([q[:1], q]))
+
+
+# ---- generate() with tree drafters -----------------------------------------------------------------------
+
+
+SHAPES = [[2, 2, 1, 1], [3, 2, 1], [4, 1], [1, 3, 1, 1, 2]]
+
+
+@pytest.mark.parametrize("branching", SHAPES, ids=str)
+def test_tree_greedy_equals_target_greedy(pair, branching):
+    target, draft = pair
+    for seed in range(3):
+        ids = _prompt(seed)
+        want = lm.hf_generate(target, ids, 30).tolist()
+        gen = generate(target, ids, DraftModelDrafter(draft, branching=branching), max_new_tokens=30)
+        assert gen.tokens == want, f"branching {branching}, prompt {seed}: tree decoding changed the output"
+        assert gen.draft_nodes[0] == count_nodes(branching) and gen.target_calls < 30
+
+
+def test_chain_branching_is_gamma(pair):
+    target, draft = pair
+    a = generate(target, _prompt(1), DraftModelDrafter(draft, branching=[1, 1, 1, 1]), max_new_tokens=25,
+                 temperature=1.0, generator=torch.Generator().manual_seed(5))
+    b = generate(target, _prompt(1), DraftModelDrafter(draft, gamma=4), max_new_tokens=25,
+                 temperature=1.0, generator=torch.Generator().manual_seed(5))
+    assert a.tokens == b.tokens and a.accept_lengths == b.accept_lengths
+    with pytest.raises(ValueError, match="disagree"):
+        DraftModelDrafter(draft, gamma=3, branching=[2, 2])
+    with pytest.raises(ValueError, match="branching"):
+        DraftModelDrafter(draft, branching=[])
+
+
+def test_tree_stops_at_max_new_tokens_and_eos(pair):
+    target, draft = pair
+    ids = _prompt(4)
+    for n in (1, 2, 3, 7):
+        gen = generate(target, ids, DraftModelDrafter(draft, branching=[2, 2, 1]), max_new_tokens=n)
+        assert gen.tokens == lm.hf_generate(target, ids, n).tolist()
+    ref = lm.hf_generate(target, ids, 30).tolist()
+    eos = ref[9]
+    gen = generate(target, ids, DraftModelDrafter(draft, branching=[2, 2, 1]), max_new_tokens=30, eos_token_id=eos)
+    assert gen.tokens == ref[: ref.index(eos) + 1]
+
+
+class _CacheChecking(DraftModelDrafter):
+    """After every commit, the draft cache must equal a fresh forward over the committed text it covers."""
+
+    def commit(self, ids, accepted, path=None):
+        super().commit(ids, accepted, path)
+        held = lm.cache_len(self.cache)
+        assert ids.shape[1] - 2 <= held <= ids.shape[1] - 1
+        fresh = lm.new_cache(self.model)
+        lm.forward(self.model, ids[:, :held], fresh)
+        for a, b in zip(_kv(self.cache), _kv(fresh)):
+            torch.testing.assert_close(a, b, atol=TOL, rtol=0)
+        self.checked = getattr(self, "checked", 0) + 1
+
+
+def test_draft_cache_is_compacted_to_the_accepted_path(pair):
+    target, draft = pair
+    drafter = _CacheChecking(draft, branching=[2, 2, 1])
+    gen = generate(target, _prompt(2), drafter, max_new_tokens=40)
+    assert drafter.checked == gen.target_calls and max(gen.accept_lengths) == 3
+
+
+def test_draft_tree_levels_match_per_path_top_k(pair):
+    """Each level's one masked draft forward picks the same children as running each path alone."""
+    target, draft = pair
+    ids = _prompt(6)
+    drafter = DraftModelDrafter(draft, branching=[3, 2, 1])
+    drafter.start(target, ids)
+    tree = drafter.propose(ids, Warp(), limit=10)
+    for i, parent in enumerate(tree.parents):
+        context = torch.cat([ids, torch.tensor([_path_tokens(tree.parents, tree.tokens, parent)], dtype=torch.long)], 1)
+        top = lm.forward(draft, context)[0, -1].topk(3).indices.tolist()
+        assert tree.tokens[i] in top[: [3, 2, 1][tree_depths(tree.parents)[i]]]
+
+
+@pytest.fixture(scope="module")
+def small_vocab_pair():
+    target = _llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    return target, _noisy_copy(target, 0.5, seed=11)
+
+
+class _TopK(Drafter):
+    """A deterministic tree drafter for sampling tests: the draft's top-2 at each of two levels (q=None)."""
+
+    def __init__(self, draft):
+        self.draft = draft
+
+    def propose(self, ids, warp, limit):
+        if limit < 2:
+            return DraftTree.chain([])
+        first = lm.forward(self.draft, ids)[0, -1].topk(2).indices.tolist()
+        tokens, parents = list(first), [-1, -1]
+        for i, t in enumerate(first):
+            second = lm.forward(self.draft, torch.cat([ids, torch.tensor([[t]])], 1))[0, -1].topk(2).indices.tolist()
+            tokens += second
+            parents += [i, i]
+        return DraftTree(tokens, parents)
+
+
+@pytest.mark.parametrize("drafter", ["sampled [2, 2]", "top-k [2, 2]"])
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_k=4)],
+                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_tree_sampling_matches_target_distribution(small_vocab_pair, drafter, settings):
+    target, draft = small_vocab_pair
+    ids = torch.tensor([[1, 5, 2]])
+    want = _exact_joint(target, ids, Warp(**settings))  # [V^3]
+    make = (lambda: DraftModelDrafter(draft, branching=[2, 2])) if drafter.startswith("sampled") else (lambda: _TopK(draft))
+    g = torch.Generator().manual_seed(99)
+    counts, accepted, d = torch.zeros(8 ** 3, dtype=torch.float64), [], make()
+    for _ in range(RUNS):
+        gen = generate(target, ids, d, max_new_tokens=3, generator=g, **settings)
+        a, b, c = gen.tokens
+        counts[a * 64 + b * 8 + c] += 1
+        accepted += gen.accept_lengths
+    pvalue = _pooled_chi_square(counts, want)
+    print(f"{drafter} {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs, "
+          f"mean accepted per call {sum(accepted) / len(accepted):.2f}")
+    assert pvalue > P_MIN, f"{drafter} {settings}: the first 3 tokens do not follow the target (p {pvalue:.2g})"
+    assert sum(accepted) / len(accepted) > 0.3, "the tree should be accepted often"
+
+
+@pytest.mark.skipif(not (zoo.EMBEDDED["tiny"] / "target" / "model.safetensors").exists(), reason="zoo not trained")
+def test_zoo_tree_greedy_identity_on_the_suite():
+    """Every suite prompt, three tree shapes: identical to the target's greedy output."""
+    from specdec_lab.prompts import load_prompts
+
+    target, draft, tok = zoo.load_pair("tiny")
+    taus = {}
+    for branching in ([1, 1, 1, 1], [2, 2, 1, 1], [3, 2, 1], [4, 2]):
+        calls = tokens = 0
+        for p in load_prompts():
+            ids = tok(p["prompt"], return_tensors="pt").input_ids
+            want = generate(target, ids, None, max_new_tokens=24, eos_token_id=tok.eos_token_id).tokens
+            gen = generate(target, ids, DraftModelDrafter(draft, branching=branching), max_new_tokens=24,
+                           eos_token_id=tok.eos_token_id)
+            assert gen.tokens == want, f"prompt {p['id']}, branching {branching}: output differs from greedy"
+            calls, tokens = calls + gen.target_calls, tokens + len(gen.tokens)
+        taus[str(branching)] = tokens / calls
+    print("τ on the suite:", {k: round(v, 3) for k, v in taus.items()})
+    assert taus["[2, 2, 1, 1]"] > taus["[1, 1, 1, 1]"], f"the tree should beat the chain: {taus}"
