@@ -722,3 +722,134 @@ def check_crossover_batch(crossover_batch: Callable) -> None:
     qwen, llama = QWEN25_7B_ON_H100.crossover_batch(5), llama8b_a100.crossover_batch(5)
     passed(f"exercise 4: verifying 5 tokens per request is free up to batch {qwen:.0f} for Qwen2.5-7B on an H100, "
            f"{llama:.0f} for Llama-3.1-8B on an A100")
+
+
+# ---- chapter 07: drafting without a drafter ----------------------------------------------------------
+
+
+def _ngram_draft_reference(seq: list[int], gamma: int) -> list[int]:
+    """Seed 000's rule: copy what followed the most recent EARLIER occurrence of the last token; where there
+    is no match, or the copy runs past the end of the text, propose the last token."""
+    key = seq[-1]
+    match = next((j for j in range(len(seq) - 2, -1, -1) if seq[j] == key), None)
+    return [seq[match + k] if match is not None and match + k < len(seq) else key for k in range(1, gamma + 1)]
+
+
+def check_ngram_draft(ngram_draft: Callable) -> None:
+    """Exercise 07.1: ngram_draft(prefix_ids [1, T], gamma, vocab_size) -> (gamma token ids, gamma [1, V] one-hots)."""
+    V = 23
+    cases = [([3, 7, 1, 5, 7, 2, 9, 7], 3), ([4, 5, 6, 4, 8, 1, 4], 2), ([1, 2, 3, 1, 2, 3, 4, 2, 6, 2], 4),
+             ([9, 8, 7], 2), ([5], 3), ([6, 1, 6], 4), ([2, 2, 2, 2], 1), ([0, 11, 22, 0, 5, 22], 5)]
+    for seq, gamma in cases:
+        case = f"ngram_draft(torch.tensor([{seq}]), gamma={gamma}, vocab_size={V})"
+        out = call(ngram_draft, torch.tensor([seq]), gamma, V)
+        check(isinstance(out, (tuple, list)) and len(out) == 2,
+              f"{case} should return two lists (draft_tokens, draft_probs), got {out!r}")
+        tokens, probs = out
+        try:
+            tokens = [int(t) for t in tokens]
+        except (TypeError, ValueError, RuntimeError):
+            raise AssertionError(f"{case}: draft_tokens should be a list of token ids (ints), got {tokens!r}") from None
+        want = _ngram_draft_reference(seq, gamma)
+        if tokens != want:
+            check(len(tokens) == gamma, f"{case} returned {len(tokens)} tokens {tokens}: return exactly gamma = "
+                  f"{gamma}, filling with the last token ({seq[-1]}) where there is nothing to copy")
+            key, T = seq[-1], len(seq)
+            earlier = [j for j in range(T - 1) if seq[j] == key]
+            after_first = [seq[j] if j < T else key for j in range(earlier[0] + 1, earlier[0] + 1 + gamma)] if earlier else None
+            if len(earlier) > 1 and tokens == after_first:
+                check(False, f"{case} = {tokens} copies after the FIRST occurrence of {key}; use the most recent "
+                      "earlier one (scan from the right)")
+            if tokens == [key] * gamma and earlier:
+                check(False, f"{case} = {tokens} found no match, but {key} occurs earlier at position {earlier[-1]}: "
+                      "the last token always matches itself, so search positions T-2 down to 0 only")
+            if earlier and tokens == [seq[j] if j < T else key for j in range(earlier[-1], earlier[-1] + gamma)]:
+                check(False, f"{case} = {tokens} starts with the matched token itself; copy the tokens AFTER the "
+                      f"match (positions {earlier[-1] + 1}, {earlier[-1] + 2}, ...)")
+            check(False, f"{case} = {tokens}, expected {want}: find the most recent earlier position of the last "
+                  "token, copy the gamma tokens after it, and propose the last token where the text runs out")
+        check(isinstance(probs, (list, tuple)) and len(probs) == gamma,
+              f"{case}: draft_probs should be a list of gamma = {gamma} distributions, got {type(probs).__name__}")
+        for i, (t, q) in enumerate(zip(tokens, probs)):
+            q = torch.as_tensor(q)
+            check(tuple(q.shape) == (1, V), f"{case}: draft_probs[{i}] has shape {list(q.shape)}; each q is [1, "
+                  f"vocab_size] = [1, {V}], like one row of a model's probabilities")
+            check(q.is_floating_point(), f"{case}: draft_probs[{i}] is {q.dtype}; probabilities are floats")
+            check(float(q[0, t]) == 1.0 and float(q.sum()) == 1.0, f"{case}: draft_probs[{i}] should be one-hot "
+                  f"on the proposed token {t} (1 there, 0 elsewhere): a deterministic drafter proposes it with "
+                  "probability 1")
+    passed("exercise 1: ngram_draft copies after the most recent earlier match, falls back to the last token, "
+           "and gives one-hot q's for the chain verifier")
+
+
+def _jacobi_reference(target, ids: Tensor, guess: Tensor) -> list[int]:
+    T = ids.shape[1]
+    return target(torch.cat([ids, guess[None]], 1)).logits[0, T - 1:T - 1 + len(guess)].argmax(-1).tolist()
+
+
+def check_jacobi_iteration(jacobi_iteration: Callable) -> None:
+    """Exercise 07.2: jacobi_iteration(target, ids [1, T], guess [N]) -> the updated guess [N]."""
+    with _one_thread(), torch.no_grad():
+        target = _tiny_pair(seed=5)[0]
+        for T, N, seed in [(5, 4, 0), (1, 3, 1), (12, 6, 2), (7, 1, 3)]:
+            g = _generator(90 + seed)
+            ids, guess = torch.randint(0, 211, (1, T), generator=g), torch.randint(0, 211, (N,), generator=g)
+            case = f"a {T}-token prompt and a guess of N = {N} tokens"
+            out = call(jacobi_iteration, target, ids, guess.clone())
+            out = torch.as_tensor(out)
+            check(out.dim() >= 1 and out.shape[-1] == N and out.numel() == N and not out.is_floating_point(),
+                  f"{case}: return N = {N} token ids (the argmax at each slot), got {out.dtype} {list(out.shape)}")
+            got, want = out.reshape(-1).tolist(), _jacobi_reference(target, ids, guess)
+            if got == want:
+                continue
+            logits = target(torch.cat([ids, guess[None]], 1)).logits[0]  # [T+N, V]
+            check(got != logits[T:T + N].argmax(-1).tolist(), f"{case}: you read rows T..T+N-1 of the logits; row "
+                  "T-1 (the last prompt token) predicts slot 0, so slot i comes from row T-1+i")
+            greedy, x = [], ids
+            for _ in range(N):
+                greedy.append(int(target(x).logits[0, -1].argmax()))
+                x = torch.cat([x, torch.tensor([[greedy[-1]]])], 1)
+            check(got != greedy, f"{case}: you decoded N tokens one after another (greedy decoding); a Jacobi "
+                  "iteration updates all N slots at once, each from the OLD guess before it, in one forward pass")
+            check(got != target(guess[None]).logits[0].argmax(-1).tolist(), f"{case}: the model must read the "
+                  "prompt too: feed torch.cat([ids, guess]), not the guess alone")
+            check(False, f"{case}: got {got}, expected {want}: slot i is the argmax after ids and guess[:i]")
+    passed("exercise 2: one Jacobi iteration updates every slot in parallel from the previous guess")
+
+
+def _pool_reference(pool: dict, ngram: tuple, guesses: int) -> None:
+    kept = pool.setdefault(ngram[0], [])
+    if tuple(ngram[1:]) in kept:
+        kept.remove(tuple(ngram[1:]))
+    kept.append(tuple(ngram[1:]))
+    del kept[:-guesses]
+
+
+def check_pool_update(pool_update: Callable) -> None:
+    """Exercise 07.3: pool_update(pool, ngram, guesses) updates {first token: [continuations, oldest first]}."""
+    stream = [(1, 2, 3), (4, 5, 6), (1, 7, 8), (1, 2, 3), (1, 9, 9), (4, 5, 6), (1, 7, 8), (1, 6, 6), (2, 1, 1)]
+    for guesses in (2, 3, 1):
+        pool, want = {}, {}
+        for step, ngram in enumerate(stream):
+            before = {k: list(v) for k, v in pool.items()}
+            out = call(pool_update, pool, ngram, guesses)
+            pool = out if isinstance(out, dict) else pool
+            _pool_reference(want, ngram, guesses)
+            got = {k: [tuple(c) for c in v] for k, v in pool.items()}
+            if got == want:
+                continue
+            case = f"guesses = {guesses}: pool {before}, then pool_update(pool, {ngram})"
+            key, rest = ngram[0], tuple(ngram[1:])
+            kept = got.get(key, [])
+            check(key in got, f"{case}: nothing stored under the first token {key}")
+            check(tuple(ngram) not in kept, f"{case} stored {tuple(ngram)} under {key}; store the continuation "
+                  f"ngram[1:] = {rest}, the key is already its first token")
+            check(kept.count(rest) <= 1, f"{case} gives {kept}: {rest} was already stored; move it to the most recent "
+                  "end instead of storing it twice")
+            check(len(kept) <= guesses, f"{case} gives {kept}: keep at most guesses = {guesses} continuations per "
+                  "first token; drop the least recently seen")
+            check(not kept or kept[-1] == rest, f"{case} gives {kept}: {rest} was just seen, so it is the most "
+                  "recent and goes last (also when it was already stored: move it)")
+            check(False, f"{case} gives {kept}, expected {want[key]}: when a key holds more than guesses = "
+                  f"{guesses}, drop the LEAST recently seen one (the first in the list), not the newest")
+    passed("exercise 3: the pool keeps the G most recently seen continuations per first token")
