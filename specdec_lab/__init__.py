@@ -16,3 +16,6 @@ from specdec_lab.drafters import DraftModelDrafter  # noqa: E402
 # Drafting without a drafter (chapter 07): prompt lookup and lookahead decoding.
 from specdec_lab.ngram import PromptLookupDrafter  # noqa: E402
 from specdec_lab.lookahead import lookahead_generate  # noqa: E402
+
+# Medusa (chapter 05): heads on the target's last hidden state, verified as a tree.
+from specdec_lab.medusa import MedusaDrafter  # noqa: E402

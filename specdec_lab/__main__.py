@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     tz.add_argument("--measure-only", action="store_true", help="re-measure the card's figures, no training")
     tz.add_argument("--train-only", action="store_true", help="train and save the weights, skip measuring")
     tz.add_argument("--threads", type=int, default=1, help="CPU threads for training (default 1)")
+    tz.add_argument("--stage", choices=["all", "models", "medusa"], default="all",
+                    help="all (default); models: tokenizer, target, draft; medusa: only the Medusa heads")
     bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
     from specdec_lab import bench as bench_module
 
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
         from specdec_lab import train_zoo
 
         train_zoo.main(Path(args.work), measure_only=args.measure_only, train_only=args.train_only,
-                       threads=args.threads)
+                       threads=args.threads, stage=args.stage)
         return 0
     if args.cmd == "bench":
         import torch

@@ -204,6 +204,8 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
         drafter.start(target, ids)
     cache = lm.new_cache(target)
     gen = Generation(tokens=[], target_calls=0)
+    needs_hidden = getattr(drafter, "needs_hidden", False)  # Medusa, EAGLE: draft from the target's states
+    typical = getattr(drafter, "typical", None)  # Medusa's lossy typical acceptance, (threshold, alpha)
     while T - T0 < max_new_tokens:
         budget = max_new_tokens - (T - T0)  # tokens we may still emit; a pass emits at most drafts + 1
         tree = drafter.propose(buf[:, :T], warp, budget - 1) if drafter is not None else DraftTree([], [])
@@ -212,15 +214,16 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
             raise RuntimeError(f"the drafter proposed {tree.depth} tokens deep when at most {budget - 1} were allowed")
         past = lm.cache_len(cache)
         assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
-        if tree.is_chain:
+        if tree.is_chain and not needs_hidden and typical is None:
             if n:
                 buf[0, T:T + n] = torch.as_tensor(tree.tokens)
             logits = lm.forward_last(target, buf[:, past:T + n], cache, n + 1)[0]  # [n+1, V] pending + n drafts
             emitted = verify(logits, tree, warp)  # accepted drafts + one corrected / bonus token
             path = list(range(len(emitted) - 1))
         else:  # chapter 04: the whole tree in one forward (tree mask), then walk it from the root
-            logits = tree_forward(target, buf[:, past:T], tree.parents, tree.tokens, cache)  # [n+1, V]
-            path, emitted = verify_tree(logits, tree, warp)
+            out = tree_forward(target, buf[:, past:T], tree.parents, tree.tokens, cache, hidden=needs_hidden)
+            logits, hidden = out if needs_hidden else (out, None)  # [n+1, V], layers x [1, T-past+n, H]
+            path, emitted = verify_tree(logits, tree, warp, typical)
             compact(cache, T, path)  # keep the committed text and the accepted nodes' K/V
         accepted = len(emitted) - 1
         emitted = emitted[:budget]
@@ -238,8 +241,11 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
         gen.draft_nodes.append(n)
         if hit is not None:
             break
-        if drafter is not None:
-            drafter.commit(buf[:, :T], accepted, path[: k])
+        if needs_hidden:  # chapter 05: the target's states at the committed tokens it just read
+            rows = list(range(T - k - past)) + [T - k - past + j for j in path[:k]]
+            drafter.commit(buf[:, :T], accepted, path[:k], hidden=tuple(h[0, rows] for h in hidden))
+        elif drafter is not None:
+            drafter.commit(buf[:, :T], accepted, path[:k])
     gen.tokens = buf[0, T0:T].tolist()
     gen.seconds = time.perf_counter() - start
     return gen

@@ -41,10 +41,15 @@ class Drafter:
         """Draft at most `limit` tokens to follow the committed ids [1, T]."""
         raise NotImplementedError
 
-    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None) -> None:
+    needs_hidden = False  # True: generate() passes commit() the target's hidden states (Medusa, EAGLE)
+
+    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None, hidden=None) -> None:
         """The verifier kept `accepted` drafts plus one token of its own; ids [1, T'] is the committed text.
 
         path: the accepted nodes' indices in the proposed DraftTree (for a chain, 0 .. accepted - 1).
+        hidden (only when needs_hidden): HF's tuple of per-layer states, each [m, H], at the m committed
+        tokens the target read this pass (the uncached committed ones, then the accepted nodes); the last
+        row is the state whose LM head gave this pass's final token.
         """
 
 
@@ -150,7 +155,7 @@ class DraftModelDrafter(Drafter):
         # the cache holds base + (nodes above the last level): the last level was never fed
         return DraftTree(tokens, parents, torch.cat(qs) if qs else None)
 
-    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None) -> None:
+    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None, hidden=None) -> None:
         if self.tree is not None and not self.tree.is_chain:
             fed = sum(d < self.tree.depth - 1 for d in tree_depths(self.tree.parents))  # the last level never was
             compact(self.cache, self.base, path or [], fed)  # keep the text and the accepted nodes' K/V

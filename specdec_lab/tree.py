@@ -32,7 +32,8 @@ from specdec_lab.sampling import verify_candidates
 
 __all__ = ["DraftTree", "tree_mask", "tree_depths", "tree_positions", "tree_forward", "tree_logits",
            "branching_parents", "choices_parents", "full_choices", "count_nodes", "rooted", "children_of",
-           "verify_tree_greedy", "verify_tree_sampling", "verify_tree", "compact"]
+           "verify_tree_greedy", "verify_tree_sampling", "typical_threshold", "verify_tree_typical", "verify_tree",
+           "compact"]
 
 
 @dataclass
@@ -108,13 +109,14 @@ def tree_positions(parents: Sequence[int], offset: int = 0) -> Tensor:
 # ---- one forward over the tree -------------------------------------------------------------------------
 
 
-def tree_forward(model, new_ids: Tensor, parents: Sequence[int], tokens: Sequence[int], cache) -> Tensor:
+def tree_forward(model, new_ids: Tensor, parents: Sequence[int], tokens: Sequence[int], cache, hidden: bool = False):
     """Feed the uncached committed tokens new_ids [1, k] (k >= 1) and a tree after them in ONE forward.
 
     The cache holds the committed text before new_ids (`past` positions). The k new tokens attend causally;
     each tree node attends to all committed tokens, its ancestors and itself, at position past + k + depth.
     Returns [n + 1, V] float32 logits: row 0 at the last committed token (it predicts the depth-0 nodes),
     row i + 1 at node i. The cache grows by k + n positions; `compact` keeps the accepted ones.
+    hidden=True: (logits, hidden states), HF's tuple of [1, k + n, H] per layer (see lm.forward).
     """
     k, n, past = new_ids.shape[1], len(parents), lm.cache_len(cache)
     mask = torch.zeros(k + n, k + n, dtype=torch.bool)  # [k+n, k+n] which new token sees which
@@ -123,6 +125,9 @@ def tree_forward(model, new_ids: Tensor, parents: Sequence[int], tokens: Sequenc
     mask[k:, k:] = tree_mask(parents)  # ... and its ancestors and itself
     positions = torch.cat([past + torch.arange(k), tree_positions(parents, past + k)])  # [k+n]
     x = torch.cat([new_ids, torch.as_tensor([list(tokens)], dtype=torch.long, device=new_ids.device)], 1)
+    if hidden:
+        logits, states = lm.forward(model, x, cache, positions=positions, mask=mask, hidden=True)
+        return logits[0, k - 1:], states  # [n+1, V], layers x [1, k+n, H]
     return lm.forward(model, x, cache, positions=positions, mask=mask)[0, k - 1:]  # [n+1, V]
 
 
@@ -249,15 +254,45 @@ def verify_tree_sampling(parents: Sequence[int], tokens: Sequence[int], p: Tenso
         path.append(kids[index])
 
 
-def verify_tree(logits: Tensor, tree: DraftTree, warp) -> tuple[list[int], list[int]]:
+def typical_threshold(p: Tensor, threshold: float = 0.09, alpha: float = 0.3) -> Tensor:
+    """Typical acceptance's bar for target distributions p [.., V]: min(threshold, alpha * exp(-H(p)))."""
+    entropy = -(p * p.clamp_min(1e-30).log()).sum(-1)  # [..]
+    return torch.minimum(torch.full_like(entropy, threshold), alpha * torch.exp(-entropy))
+
+
+def verify_tree_typical(parents: Sequence[int], tokens: Sequence[int], p: Tensor, threshold: float = 0.09,
+                        alpha: float = 0.3, generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Medusa's typical acceptance down the ROOTED tree: LOSSY, the output is no longer the target's.
+
+    A child is accepted when the target gives its token more than min(threshold, alpha * exp(-H(p))) at
+    its parent; the first such child (in index order) is followed. The walk ends with a token drawn from p
+    at the deepest accepted node. Confident targets (low entropy) demand a high probability, uncertain ones
+    accept any plausible token: longer acceptance, at the price of exactness (chapter 05 measures how much).
+    """
+    bar = typical_threshold(p, threshold, alpha).tolist()  # [n]
+    children = children_of(parents)
+    path = [0]
+    while True:
+        node = path[-1]
+        match = next((c for c in children[node] if float(p[node, tokens[c]]) > bar[node]), None)
+        if match is None:
+            return path, int(torch.multinomial(p[node], 1, generator=generator))
+        path.append(match)
+
+
+def verify_tree(logits: Tensor, tree: DraftTree, warp, typical: tuple[float, float] | None = None
+                ) -> tuple[list[int], list[int]]:
     """(accepted node indices of `tree`, emitted tokens) from the target's logits [n + 1, V] over the tree.
 
     The emitted tokens are the accepted nodes' tokens then one corrected or bonus token; `warp` is
-    decoding.Warp (temperature 0: greedy).
+    decoding.Warp (temperature 0: greedy). typical=(threshold, alpha) switches sampling to the lossy
+    typical acceptance; greedy decoding stays exact either way.
     """
     parents, tokens = rooted(tree, -1)  # the root's token is never read
     if warp.greedy:
         path, last = verify_tree_greedy(parents, tokens, logits)
+    elif typical is not None:
+        path, last = verify_tree_typical(parents, tokens, warp.probs(logits), *typical, warp.generator)
     else:
         q = None if tree.q is None else torch.cat([tree.q[:1], tree.q])  # [n+1, V]: row 0 is a placeholder
         path, last = verify_tree_sampling(parents, tokens, warp.probs(logits), q, warp.generator)

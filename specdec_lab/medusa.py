@@ -1,0 +1,284 @@
+"""Medusa: extra heads on the target's last hidden state guess the tokens after next; verified as a tree.
+
+Derived in notebooks/05_medusa.ipynb.
+
+The target's LM head reads the last hidden state h_t and predicts token t+1. Medusa head k (k = 0, 1, ...)
+reads the same h_t and predicts token t+k+2: a residual block h + SiLU(W h + b) (W zero-initialised, so a
+fresh head starts as a copy of the target's own next-token prediction), then an LM head. Here every head
+reuses the target's LM head, frozen. The reference implementation gives each head a trainable copy; on the
+zoo target a copy is 4096 x 256 = 1.05M parameters (4.2 MB in fp32) per head, four times the rest of the
+head, and the budget for the shipped weights is 40 MB: the residual block alone has to move h_t to where the
+shared head reads off token t+k+2. (A trainable copy is `MedusaHeads(..., shared_lm_head=False)`.)
+
+The heads never see each other's guesses: head 2 guesses token t+4 without knowing what heads 0 and 1
+guessed for t+2 and t+3. So we take each head's top-k and verify a tree of combinations ("choices"):
+the path (i0, i1, ...) is head 0's i0-th best token, then head 1's i1-th best under it, and so on.
+
+    heads = MedusaHeads.from_zoo(target)            # trained by `specdec-lab train-zoo`
+    gen = generate(target, ids, MedusaDrafter(heads), max_new_tokens=64)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from specdec_lab.decoding import Warp
+from specdec_lab.drafters import Drafter
+from specdec_lab.tree import DraftTree, choices_parents
+
+__all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES", "head_loss", "train_heads",
+           "head_accuracy", "cache_hidden", "self_labels"]
+
+MEDUSA_DIR = Path(__file__).parent / "data" / "zoo" / "tiny" / "medusa"
+
+# A 24-node tree of depth 4 for four heads: wide where the heads are sure to be right least often (the
+# first levels) and narrow deep down. Chosen from the shipped heads' top-k accuracy by offset (notebook 05).
+DEFAULT_CHOICES = [(0,), (1,), (2,), (3,),
+                   (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0),
+                   (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 2, 0), (2, 0, 0),
+                   (0, 0, 0, 0), (0, 0, 1, 0), (0, 1, 0, 0), (1, 0, 0, 0), (0, 0, 0, 1), (0, 0, 2), (1, 1, 0)]
+DEFAULT_CHOICES = sorted(DEFAULT_CHOICES, key=lambda c: (len(c), c))
+
+
+class MedusaHead(nn.Module):
+    """h [.., H] -> h + SiLU(W h + b) [.., H]: the residual block; the LM head is applied by MedusaHeads."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)  # a fresh head is the identity: it predicts what the target does
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return h + F.silu(self.linear(h))  # [.., H]
+
+
+class MedusaHeads(nn.Module):
+    """K heads over the target's last hidden state; forward(h [.., H]) -> logits [K, .., V] for tokens t+2..t+K+1.
+
+    lm_head: the target's output layer (nn.Linear H -> V). shared_lm_head=True keeps it frozen and shared
+    (what the zoo ships); False gives each head its own trainable copy (the reference design).
+    """
+
+    def __init__(self, hidden: int, num_heads: int, lm_head: nn.Module, shared_lm_head: bool = True):
+        super().__init__()
+        if num_heads < 1:
+            raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+        self.heads = nn.ModuleList(MedusaHead(hidden) for _ in range(num_heads))  # distinct modules, not [m] * K
+        if shared_lm_head:
+            self.lm_heads = None
+            object.__setattr__(self, "_lm_head", lm_head)  # not a submodule: not trained, not saved
+            lm_head.requires_grad_(False)
+        else:
+            import copy
+
+            self.lm_heads = nn.ModuleList(copy.deepcopy(lm_head).requires_grad_(True) for _ in range(num_heads))
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.heads)
+
+    def forward(self, h: Tensor) -> Tensor:
+        outs = []
+        for k, head in enumerate(self.heads):
+            lm_head = self._lm_head if self.lm_heads is None else self.lm_heads[k]
+            outs.append(lm_head(head(h)))  # [.., V]
+        return torch.stack(outs)  # [K, .., V]
+
+    @classmethod
+    def for_target(cls, target, num_heads: int = 4, shared_lm_head: bool = True) -> MedusaHeads:
+        """Fresh (untrained) heads sized for `target`, on its device and dtype."""
+        heads = cls(target.config.hidden_size, num_heads, target.get_output_embeddings(), shared_lm_head)
+        return heads.to(device=target.device, dtype=target.dtype)
+
+    @classmethod
+    def from_zoo(cls, target, path: Path | str = MEDUSA_DIR) -> MedusaHeads:
+        """The heads shipped with the zoo (trained on the frozen zoo target by `specdec-lab train-zoo`)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not (path / "heads.safetensors").exists():
+            raise FileNotFoundError(f"no Medusa heads in {path}: run `specdec-lab train-zoo --stage medusa`")
+        meta = json.loads((path / "config.json").read_text())
+        if meta["hidden"] != target.config.hidden_size or meta["vocab"] != target.config.vocab_size:
+            raise ValueError(f"the heads in {path} were trained for hidden {meta['hidden']} / vocab {meta['vocab']}, "
+                             f"not this target's {target.config.hidden_size} / {target.config.vocab_size}: "
+                             "use them with zoo.load_pair('tiny')'s target, or train heads for yours")
+        heads = cls.for_target(target, meta["num_heads"])
+        heads.load_state_dict({k: v.float() for k, v in load_file(path / "heads.safetensors").items()})
+        return heads.to(device=target.device, dtype=target.dtype).eval()
+
+    def save(self, path: Path | str, meta: dict | None = None) -> None:
+        """heads.safetensors (bfloat16: half the bytes) and config.json, the layout from_zoo reads."""
+        from safetensors.torch import save_file
+
+        if self.lm_heads is not None:
+            raise ValueError("only heads with the shared LM head are saved for the zoo")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().to(torch.bfloat16).contiguous() for k, v in self.state_dict().items()},
+                  path / "heads.safetensors")
+        lm_head = self._lm_head
+        info = {"num_heads": self.num_heads, "hidden": lm_head.in_features, "vocab": lm_head.out_features}
+        (path / "config.json").write_text(json.dumps({**info, **(meta or {})}, indent=2) + "\n")
+
+
+# ---- training (Medusa-1: the target stays frozen) ----------------------------------------------------
+
+
+@torch.no_grad()
+def cache_hidden(target, windows: Tensor, batch: int = 16) -> tuple[Tensor, Tensor]:
+    """Run the frozen target once over windows [N, T]: (last hidden states [N, T, H] bf16, argmax [N, T]).
+
+    The hidden state is the one the LM head reads (after the final norm). argmax[:, t] is the target's own
+    greedy prediction for token t+1: the labels for self-distillation.
+    """
+    from specdec_lab import lm
+
+    hs, best = [], []
+    for i in range(0, len(windows), batch):
+        logits, hidden = lm.forward(target, windows[i: i + batch], hidden=True)
+        hs.append(hidden[-1].to(torch.bfloat16))  # [b, T, H]
+        best.append(logits.argmax(-1))  # [b, T]
+    return torch.cat(hs), torch.cat(best)
+
+
+def self_labels(windows: Tensor, argmax: Tensor) -> Tensor:
+    """Labels for self-distillation, [N, T]: position j holds the target's own greedy choice for token j.
+
+    argmax[:, j - 1] (from cache_hidden) is what the target predicts for token j; position 0 keeps the text.
+    Trained on these, a head learns what the TARGET would write, which is what greedy verification accepts.
+    """
+    return torch.cat([windows[:, :1], argmax[:, :-1]], 1)  # [N, T]
+
+
+def head_loss(logits: Tensor, labels: Tensor, weights: Sequence[float] | None = None) -> tuple[Tensor, list[float]]:
+    """Medusa-1 loss: head k at position t is scored against labels[t + k + 2].
+
+    logits: [K, B, T, V] from MedusaHeads over hidden states [B, T, H]; labels: [B, T] token ids (the text,
+    or the target's own next-token argmax shifted by one, see train_heads). Position t of head k has a label
+    only while t + k + 2 < T. weights: per-head factors (default 0.8^k). Returns (weighted sum, per-head CE).
+    """
+    K = logits.shape[0]
+    weights = [0.8 ** k for k in range(K)] if weights is None else weights
+    total, per_head = logits.new_zeros(()), []
+    for k in range(K):
+        shift = k + 2
+        pred = logits[k, :, : -shift]  # [B, T - shift, V] positions that have a label
+        ce = F.cross_entropy(pred.reshape(-1, pred.shape[-1]).float(), labels[:, shift:].reshape(-1))
+        total = total + weights[k] * ce
+        per_head.append(ce.item())
+    return total, per_head
+
+
+def train_heads(heads: MedusaHeads, hidden: Tensor, labels: Tensor, steps: int = 300, batch: int = 8,
+                lr: float = 1e-3, seed: int = 0, log_every: int = 25, progress: bool = True) -> list[tuple]:
+    """Train the heads on cached hidden states [N, T, H] and labels [N, T]; returns the log [(step, ce_0, ..)].
+
+    AdamW with a short warmup and cosine decay, bf16 autocast for the matrix products. Each step reads
+    `batch` random cached windows; the target is never run here.
+    """
+    from tqdm.auto import tqdm
+
+    g = torch.Generator().manual_seed(seed)
+    params = [p for p in heads.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    log = []
+    heads.train()
+    bar = tqdm(range(steps), desc="medusa heads", disable=not progress, mininterval=2)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        idx = torch.randint(0, len(hidden), (batch,), generator=g)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=hidden.device.type == "cpu"):
+            logits = heads(hidden[idx].float())  # [K, b, T, V]
+            loss, per_head = head_loss(logits, labels[idx])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if (step + 1) % log_every == 0 or step == 0:
+            log.append((step + 1, *[round(x, 4) for x in per_head]))
+    heads.eval()
+    return log
+
+
+@torch.no_grad()
+def head_accuracy(heads: MedusaHeads, hidden: Tensor, labels: Tensor, ks: Sequence[int] = (1, 5),
+                  batch: int = 8) -> dict[int, list[float]]:
+    """{k: [top-k accuracy of head 0, head 1, ...]} on cached hidden states [N, T, H] and labels [N, T]."""
+    hits = {k: [0] * heads.num_heads for k in ks}
+    counts = [0] * heads.num_heads
+    for i in range(0, len(hidden), batch):
+        logits = heads(hidden[i: i + batch].float())  # [K, b, T, V]
+        y = labels[i: i + batch]
+        top = logits.topk(max(ks), -1).indices  # [K, b, T, kmax]
+        for h in range(heads.num_heads):
+            shift = h + 2
+            want = y[:, shift:, None]  # [b, T - shift, 1]
+            got = top[h, :, :-shift]  # [b, T - shift, kmax]
+            counts[h] += want.numel()
+            for k in ks:
+                hits[k][h] += (got[..., :k] == want).any(-1).sum().item()
+    return {k: [hits[k][h] / counts[h] for h in range(heads.num_heads)] for k in ks}
+
+
+# ---- drafting --------------------------------------------------------------------------------------
+
+
+class MedusaDrafter(Drafter):
+    """Drafts a tree from the heads' top-k lists at the target's last hidden state.
+
+    needs_hidden: generate() hands `commit` the target's hidden states of the tokens it just committed; the
+    heads read the last one (the state whose LM-head output was this step's bonus or corrected token, which
+    is the next pending token). The first call has no hidden state yet and drafts nothing (the prefill).
+    choices: the tree (see module docstring); its depth must not exceed the number of heads.
+    typical: None for exact verification; (threshold, alpha) for Medusa's typical acceptance, a LOSSY
+    opt-in that accepts any candidate the target finds plausible enough (sampling only; see tree.verify_tree).
+    """
+
+    needs_hidden = True
+
+    def __init__(self, heads: MedusaHeads, choices: Sequence[Sequence[int]] = DEFAULT_CHOICES,
+                 typical: tuple[float, float] | None = None):
+        self.heads, self.choices = heads, [tuple(c) for c in choices]
+        self.parents = choices_parents(self.choices)
+        depth = max(len(c) for c in self.choices)
+        if depth > heads.num_heads:
+            raise ValueError(f"the choices are {depth} deep but there are only {heads.num_heads} heads")
+        self.topk = max(max(c) for c in self.choices) + 1
+        if typical is not None and not (0 < typical[0] <= 1 and typical[1] > 0):
+            raise ValueError(f"typical must be (threshold in (0, 1], alpha > 0), got {typical}")
+        self.typical = typical
+        self.h = None  # [H] the target's last hidden state
+
+    @classmethod
+    def from_zoo(cls, target, **kwargs) -> MedusaDrafter:
+        """The drafter with the heads shipped for the zoo target (`MedusaHeads.from_zoo`)."""
+        return cls(MedusaHeads.from_zoo(target), **kwargs)
+
+    def start(self, target, ids: Tensor) -> None:
+        if target.config.hidden_size != self.heads.heads[0].linear.in_features:
+            raise ValueError("these Medusa heads were trained for another target (hidden sizes differ)")
+        self.h = None
+
+    @torch.no_grad()
+    def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
+        if self.h is None or limit < 1:
+            return DraftTree([], [])
+        top = self.heads(self.h).topk(self.topk, -1).indices.tolist()  # [K, topk] each head's best tokens
+        keep = [i for i, c in enumerate(self.choices) if len(c) <= limit]  # a pass emits <= depth + 1 tokens
+        tokens = [top[len(self.choices[i]) - 1][self.choices[i][-1]] for i in keep]
+        parents = choices_parents([self.choices[i] for i in keep])
+        return DraftTree(tokens, parents)  # q=None: deterministic picks, exact under sampling too
+
+    def commit(self, ids: Tensor, accepted: int, path=None, hidden=None) -> None:
+        self.h = hidden[-1][-1]  # [H] the last committed-and-fed position's final hidden state
+
