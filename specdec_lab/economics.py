@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["expected_tokens", "expected_tokens_by_depth", "speedup", "optimal_gamma", "alpha_from_tau",
-           "Roofline", "QWEN25_7B_ON_H100"]
+           "Roofline", "QWEN25_7B_ON_H100", "tree_nodes", "level_hit_rates", "tree_expected_tokens",
+           "tree_speedup"]
 
 
 def _alpha(alpha) -> float:
@@ -131,3 +132,63 @@ class Roofline:
 # KV per token: 28 layers x 2 (K and V) x 4 KV heads x 128 dims x 2 bytes = 57,344 bytes.
 QWEN25_7B_ON_H100 = Roofline(params=7.6e9, bandwidth=3.35e12, peak_flops=989e12, bytes_per_param=2,
                              kv_bytes_per_token=57344, context=1024)
+
+
+# ---- chapter 04: tree drafts ----------------------------------------------------------------------------
+# Derived in notebooks/04_tree_attention.ipynb. A static tree is given by its branching: every node of level l
+# has branching[l] children (chapter 04's DraftModelDrafter(branching=...)); [1] * γ is the chain of γ drafts.
+
+
+def _branching(branching) -> list[int]:
+    if (not isinstance(branching, (list, tuple)) or not branching
+            or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in branching)):
+        raise ValueError(f"branching must be a non-empty list of ints >= 1 (children per node at each level); "
+                         f"got {branching!r}")
+    return list(branching)
+
+
+def tree_nodes(branching: Sequence[int]) -> int:
+    """Drafted nodes of the full tree: Σ_l Π_{j≤l} b_j ([2, 2, 1, 1] -> 2 + 4 + 4 + 4 = 14)."""
+    total, width = 0, 1
+    for b in _branching(branching):
+        width *= b  # nodes on this level
+        total += width
+    return total
+
+
+def level_hit_rates(branching: Sequence[int], hit: float | Sequence[float]) -> list[float]:
+    """P(the b_l children of an accepted node hold the target's next token), for each level l.
+
+    hit: a number α = P(the draft's top token is the target's), with b children hitting with probability
+    1 - (1 - α)^b (independence: each child a fresh chance α); or the measured top-k hit rates of the draft,
+    hit[k-1] = P(the target's token is among the draft's top k), used directly for a level of k children.
+    """
+    branching = _branching(branching)
+    if isinstance(hit, Real) and not isinstance(hit, bool):
+        alpha = _alpha(hit)
+        return [1 - (1 - alpha) ** b for b in branching]
+    rates = [_alpha(h) for h in hit]
+    if any(b > len(rates) for b in branching):
+        raise ValueError(f"branching {branching} needs top-k hit rates up to k = {max(branching)}, "
+                         f"got {len(rates)}")
+    return [rates[b - 1] for b in branching]
+
+
+def tree_expected_tokens(branching: Sequence[int], hit: float | Sequence[float]) -> float:
+    """E[tokens per target pass] = 1 + Σ_d Π_{l≤d} h_l, h_l from `level_hit_rates` (greedy verification).
+
+    Assumes hits at different depths are independent. A chain with hit α gives expected_tokens(α, γ).
+    """
+    return expected_tokens_by_depth(level_hit_rates(branching, hit))
+
+
+def tree_speedup(branching: Sequence[int], hit: float | Sequence[float], c: float, v: float = 0.0) -> float:
+    """S = E[tokens] / (1 + v·n + c·D): n = tree_nodes, D = depth, in target decode steps.
+
+    The target reads the pending token plus n nodes in one pass costing 1 + v·n decode steps (v = extra cost
+    per verified token: about 0 on a GPU at batch 1, larger on a CPU or at large batch); the draft runs one
+    forward per level (its whole frontier at once), c decode steps each.
+    """
+    c = _nonneg("c", c, "cost of one draft forward, in target decode steps")
+    v = _nonneg("v", v, "extra cost of one verified token, in target decode steps")
+    return tree_expected_tokens(branching, hit) / (1 + v * tree_nodes(branching) + c * len(branching))

@@ -72,3 +72,88 @@ class _Acceptance:
 def show_acceptance(tokenizer, gen, prompt: str | None = None):
     """Display the generated text colored by what the verifier did with each token."""
     return _Acceptance(tokenizer, gen, prompt)
+
+
+# ---- chapter 04: trees and tree masks (matplotlib only) -------------------------------------------------
+
+
+def tree_layout(parents: list[int]) -> list[tuple[int, float]]:
+    """(depth, row) of every node of a DraftTree (parent -1 = child of the root): leaves take rows 0, 1, ...
+    in depth-first order and a parent sits at the mean row of its children. The root itself is (−1, mean)."""
+    children = [[] for _ in parents]
+    roots = []
+    for i, p in enumerate(parents):
+        (roots if p < 0 else children[p]).append(i)
+    depth, row, next_row = {}, {}, [0]
+
+    def place(i, d):
+        depth[i] = d
+        if not children[i]:
+            row[i] = float(next_row[0])
+            next_row[0] += 1
+        else:
+            for c in children[i]:
+                place(c, d + 1)
+            row[i] = sum(row[c] for c in children[i]) / len(children[i])
+
+    for r in roots:
+        place(r, 0)
+    return [(depth[i], row[i]) for i in range(len(parents))]
+
+
+def draw_tree(parents: list[int], labels: list[str] | None = None, path: list[int] | None = None,
+              root_label: str = "root", ax=None, title: str | None = None):
+    """Draw a DraftTree left to right: node i at (depth, row), a line to its parent; `path` (accepted node
+    indices) in green, the other nodes gray. Returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    xy = tree_layout(parents)
+    if ax is None:
+        depth, rows = max([d for d, _ in xy], default=0), max([r for _, r in xy], default=0) + 1
+        _, ax = plt.subplots(figsize=(1.4 * (depth + 2) + 0.5, 0.32 * rows + 0.9))
+    roots = [i for i, p in enumerate(parents) if p < 0]
+    root_xy = (-1, sum(xy[i][1] for i in roots) / max(len(roots), 1))
+    accepted = set(path or [])
+    for i, p in enumerate(parents):
+        px, py = root_xy if p < 0 else xy[p]
+        on_path = i in accepted and (p < 0 or p in accepted)
+        ax.plot([px, xy[i][0]], [py, xy[i][1]], color="tab:green" if on_path else "lightgray",
+                lw=2.5 if on_path else 1, zorder=1)
+    points = [root_xy] + xy
+    names = [root_label] + [labels[i] if labels else str(i) for i in range(len(parents))]
+    colors = ["#c9dcff"] + ["#c8f7c5" if i in accepted else "#eeeeee" for i in range(len(parents))]
+    for (x, y), name, color in zip(points, names, colors):
+        ax.text(x, y, name, ha="center", va="center", fontsize=8, family="monospace", zorder=2,
+                bbox=dict(boxstyle="round,pad=0.25", fc=color, ec="gray", lw=0.6))
+    ax.set_xlim(-1.6, max(x for x, _ in points) + 0.6)
+    ax.set_ylim(max(y for _, y in points) + 0.7, min(y for _, y in points) - 0.7)
+    ax.set_xticks(range(-1, max(x for x, _ in points) + 1),
+                  ["root"] + [f"depth {d}" for d in range(max(x for x, _ in points) + 1)], fontsize=8)
+    ax.set_yticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def draw_mask(mask, labels: list[str] | None = None, ax=None, title: str | None = None):
+    """imshow of a tree mask [n, n] (row i: what node i attends to), node labels on both axes. Returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    n = mask.shape[0]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.32 * n + 1.5, 0.32 * n + 1.2))
+    ax.imshow(mask.int().numpy() if hasattr(mask, "numpy") else mask, cmap="Greens", vmin=0, vmax=1.6)
+    names = labels or [str(i) for i in range(n)]
+    ax.set_xticks(range(n), names, rotation=90, fontsize=7, family="monospace")
+    ax.set_yticks(range(n), names, fontsize=7, family="monospace")
+    ax.set_xlabel("attends to (key)")
+    ax.set_ylabel("node (query)")
+    ax.set_xticks([x - 0.5 for x in range(1, n)], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(1, n)], minor=True)
+    ax.grid(which="minor", color="white", lw=0.5)
+    ax.tick_params(which="minor", length=0)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax

@@ -3,16 +3,19 @@ widgets do not render (a repository page, a PDF, nbviewer).
 
     explorer()        sliders for α, γ, c and batch size: tokens per pass, speedup, best γ, live
     speedup_grid()    the same numbers as a fixed grid of curves (the fallback)
+    tree_explorer()   chapter 04: tree width, depth, hit rate, draft and verify costs; optionally the real pair
+    tree_grid()       its static fallback
 
-Used by notebooks/02_speedup_economics.ipynb. The batch dimension uses a roofline model of a real model
-on a real accelerator (default: seed 004's Qwen2.5-7B on an H100, `economics.QWEN25_7B_ON_H100`).
+Used by notebooks/02_speedup_economics.ipynb and 04_tree_attention.ipynb. The batch dimension uses a roofline
+model of a real model on a real accelerator (default: seed 004's Qwen2.5-7B on an H100, `economics.QWEN25_7B_ON_H100`).
 """
 
 from __future__ import annotations
 
 from specdec_lab.economics import QWEN25_7B_ON_H100, Roofline, expected_tokens, optimal_gamma, speedup
 
-__all__ = ["explorer", "speedup_grid", "summary"]
+__all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary", "topk_hit_rates", "measure_tree",
+           "tree_explorer", "tree_grid"]
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -129,5 +132,193 @@ def speedup_grid(model: Roofline = QWEN25_7B_ON_H100, alphas=(0.6, 0.7, 0.8, 0.9
         ax.set_ylabel("speedup")
     axes[0, -1].legend(fontsize=7, loc="upper left")
     fig.suptitle("speedup over plain decoding on the roofline (dots: best γ)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---- chapter 04: tree drafts ----------------------------------------------------------------------------
+# Used by notebooks/04_tree_attention.ipynb. The model (economics.tree_expected_tokens, tree_speedup): a level
+# whose accepted parent has b children contains the target's next token with probability h(b), from a hit rate
+# α under independence, h(b) = 1 - (1 - α)^b, or from measured top-k hit rates, h(b) = hit[b-1]; hits at
+# different depths are independent. Cost of a pass in target decode steps: 1 + v·nodes (the target reads the
+# pending token and every node) + c·depth (one draft forward per level).
+
+SHAPES = ([1, 1, 1, 1], [2, 2, 1, 1], [3, 2, 1], [4, 2], [3, 3, 2])
+
+
+def tree_shape(width: int, depth: int, wide_levels: int) -> list[int]:
+    """The branching with `width` children per node on the first `wide_levels` levels, then a chain: depth levels."""
+    wide_levels = max(0, min(wide_levels, depth))
+    return [width] * wide_levels + [1] * (depth - wide_levels)
+
+
+def tree_summary(branching: list[int], hit, c: float = 0.05, v: float = 0.0) -> dict:
+    """The numbers the tree explorer shows, beside the chain of the same depth (handy without widgets too)."""
+    from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup
+
+    chain = [1] * len(branching)
+    return {
+        "branching": list(branching),
+        "nodes": tree_nodes(branching),
+        "level_hits": level_hit_rates(branching, hit),
+        "tokens_per_pass": tree_expected_tokens(branching, hit),
+        "speedup": tree_speedup(branching, hit, c, v),
+        "chain_tokens_per_pass": tree_expected_tokens(chain, hit),
+        "chain_speedup": tree_speedup(chain, hit, c, v),
+    }
+
+
+def _tree_curves(ax, shapes, hit, c, v_max, v_now=None, legend=True):
+    from specdec_lab.economics import tree_nodes, tree_speedup
+
+    vs = [v_max * i / 50 for i in range(51)]
+    for shape in shapes:
+        ax.plot(vs, [tree_speedup(shape, hit, c, v) for v in vs], label=f"{shape}: {tree_nodes(shape)} nodes")
+    if v_now is not None:
+        ax.axvline(v_now, color="gray", lw=0.8)
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set_xlabel("v: extra cost per verified token (decode steps)")
+    ax.set_ylabel("estimated speedup")
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7, loc="upper right")
+
+
+
+def topk_hit_rates(target, draft, ids, max_new_tokens: int = 40, k: int = 4, eos_token_id=None) -> list[float]:
+    """hit[j-1] = fraction of the target's greedy continuation of ids [1, T] whose token is among the draft's
+    top j there (teacher-forced: the draft reads the prompt plus the target's own tokens), j = 1..k.
+
+    Under greedy verification a level of j children after an accepted node is accepted exactly when this
+    event happens at that position, so these are the h(j) of the tree model (hit[0] is the chain's α).
+    """
+    import torch
+
+    from specdec_lab import lm
+    from specdec_lab.decoding import generate
+
+    with torch.inference_mode():
+        want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
+        full = torch.cat([ids, torch.tensor([want], device=ids.device)], 1)  # [1, T + n]
+        T = ids.shape[1]
+        logits = lm.forward(draft, full)[0, T - 1: T - 1 + len(want)]  # [n, V] the draft before each token
+        top = logits.topk(k, -1).indices  # [n, k]
+        hit = (top == torch.tensor(want, device=ids.device)[:, None]).int().cumsum(-1)  # [n, k] in top j?
+    return hit.float().mean(0).tolist()
+
+
+def measure_tree(target, draft, ids, branching: list[int], max_new_tokens: int = 40, eos_token_id=None) -> dict:
+    """The explorer's second mode: run the real pair with DraftModelDrafter(branching) on one prompt ids [1, T].
+
+    Returns the measured τ (tokens per target pass), the nodes verified per pass, whether the output equals
+    the target's greedy decoding, and the prediction `economics.tree_expected_tokens(branching, hit)` with the
+    top-k hit rates measured on the same prompt (`topk_hit_rates`), for the tree and for the chain.
+    """
+    from specdec_lab.decoding import generate
+    from specdec_lab.drafters import DraftModelDrafter
+    from specdec_lab.economics import tree_expected_tokens
+
+    hit = topk_hit_rates(target, draft, ids, max_new_tokens, max(branching), eos_token_id)
+    want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
+    gen = generate(target, ids, DraftModelDrafter(draft, branching=list(branching)), max_new_tokens=max_new_tokens,
+                   eos_token_id=eos_token_id)
+    return {
+        "branching": list(branching),
+        "hit": hit,
+        "predicted_tau": tree_expected_tokens(branching, hit),
+        "measured_tau": len(gen.tokens) / gen.target_calls,
+        "target_calls": gen.target_calls,
+        "nodes_per_pass": sum(gen.draft_nodes) / gen.target_calls,
+        "same_as_greedy": gen.tokens == want,
+    }
+
+
+def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels: int = 2, c: float = 0.05,
+                  v: float = 0.0, v_max: float = 0.1, pair=None, prompts=None, max_new_tokens: int = 40):
+    """Sliders for tree width, depth, wide levels, hit rate α, draft cost c and verify cost per node v.
+
+    Shows expected tokens per pass, nodes verified and estimated speedup (tree and same-depth chain), and the
+    speedup as v grows. With pair=(target, draft, tokenizer) and prompts (suite entries, dicts with "id" and
+    "prompt"), a second row picks a prompt and runs the real pair on it (`measure_tree`): measured τ beside
+    the prediction from that prompt's measured top-k hit rates. Returns the widget.
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    sliders = {
+        "width": w.IntSlider(value=width, min=1, max=4, description="width"),
+        "depth": w.IntSlider(value=depth, min=1, max=6, description="depth"),
+        "wide_levels": w.IntSlider(value=wide_levels, min=0, max=6, description="wide levels"),
+        "hit": w.FloatSlider(value=hit, min=0.0, max=1.0, step=0.01, description="α (hit rate)"),
+        "c": w.FloatSlider(value=c, min=0.0, max=0.5, step=0.01, description="c (draft)"),
+        "v": w.FloatSlider(value=v, min=0.0, max=v_max, step=v_max / 50, description="v (per node)",
+                           readout_format=".3f"),
+    }
+    text, plot = w.HTML(), w.Output()
+
+    def shape():
+        return tree_shape(sliders["width"].value, sliders["depth"].value, sliders["wide_levels"].value)
+
+    def update(_=None):
+        s = tree_summary(shape(), sliders["hit"].value, sliders["c"].value, sliders["v"].value)
+        text.value = (
+            f"tree <b>{s['branching']}</b>: <b>{s['nodes']}</b> nodes verified per pass, "
+            f"<b>{s['tokens_per_pass']:.2f}</b> tokens per pass, estimated speedup <b>{s['speedup']:.2f}×</b>"
+            f"<br>chain of the same depth: {len(s['branching'])} nodes, {s['chain_tokens_per_pass']:.2f} tokens "
+            f"per pass, {s['chain_speedup']:.2f}×")
+        with plot:
+            plot.clear_output(wait=True)
+            fig, ax = plt.subplots(figsize=(6.5, 3.2))
+            _tree_curves(ax, [s["branching"], [1] * len(s["branching"])], sliders["hit"].value, sliders["c"].value,
+                         v_max, sliders["v"].value)
+            ax.set_title(f"α = {sliders['hit'].value:.2f}, c = {sliders['c'].value:.2f}", fontsize=10)
+            plt.show()
+
+    for s in sliders.values():
+        s.observe(update, names="value")
+    update()
+    rows = [w.HBox([sliders["width"], sliders["depth"], sliders["wide_levels"]]),
+            w.HBox([sliders["hit"], sliders["c"], sliders["v"]]), text, plot]
+    if pair is not None and prompts:
+        target, draft, tok = pair
+        choice = w.Dropdown(options=[(p["id"], i) for i, p in enumerate(prompts)], description="prompt")
+        button, result = w.Button(description="run the real pair"), w.HTML()
+
+        def run(_=None):
+            ids = tok(prompts[choice.value]["prompt"], return_tensors="pt").input_ids
+            m = measure_tree(target, draft, ids, shape(), max_new_tokens, tok.eos_token_id)
+            hits = ", ".join(f"{h:.2f}" for h in m["hit"])
+            result.value = (f"{prompts[choice.value]['id']}, tree {m['branching']}: measured τ <b>"
+                            f"{m['measured_tau']:.2f}</b>, predicted <b>{m['predicted_tau']:.2f}</b> from this prompt's "
+                            f"top-k hit rates ({hits}); {m['target_calls']} target passes, "
+                            f"output identical to greedy: {m['same_as_greedy']}")
+
+        button.on_click(run)
+        rows += [w.HBox([choice, button]), result]
+    return w.VBox(rows)
+
+
+def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, v_max: float = 0.1):
+    """The tree explorer as a static figure: one panel per (α, c), one curve per shape, speedup against v.
+
+    Returns the matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(cs), len(hits), figsize=(3.3 * len(hits), 2.6 * len(cs)), sharex=True,
+                             sharey=True, squeeze=False)
+    for row, c in zip(axes, cs):
+        for ax, hit in zip(row, hits):
+            _tree_curves(ax, shapes, hit, c, v_max, legend=False)
+            ax.set_title(f"α = {hit}, c = {c}", fontsize=9)
+            ax.set_xlabel("")
+            ax.set_ylabel("")
+    for ax in axes[-1]:
+        ax.set_xlabel("v per node")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("speedup")
+    axes[0, 0].legend(fontsize=7, loc="lower left")
+    fig.suptitle("estimated speedup of tree shapes as verification cost per node grows", fontsize=10)
     fig.tight_layout()
     return fig

@@ -1,0 +1,137 @@
+"""Chapter 04's model of tree drafting (economics.tree_*) and its explorer (widgets.tree_*)."""
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from test_decoding import _llama, _noisy_copy, _prompt  # noqa: E402
+
+from specdec_lab import economics, tree, widgets  # noqa: E402
+from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup  # noqa: E402
+
+SHAPES = [[1], [1, 1, 1, 1], [2, 2, 1, 1], [3, 3, 2], [3, 2, 1], [4, 2], [1, 3, 1, 2]]
+
+
+@pytest.mark.parametrize("branching", SHAPES, ids=str)
+def test_tree_nodes_counts_the_full_tree(branching):
+    assert tree_nodes(branching) == tree.count_nodes(branching) == len(tree.branching_parents(branching))
+
+
+def test_seed_004_node_counts():
+    assert tree_nodes([2, 2, 1, 1]) == 14 and tree_nodes([3, 3, 2]) == 30
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.7, 0.95, 1.0])
+def test_chain_is_chapter_02s_formula(alpha):
+    for gamma in (1, 3, 5):
+        assert tree_expected_tokens([1] * gamma, alpha) == pytest.approx(economics.expected_tokens(alpha, gamma))
+        assert tree_speedup([1] * gamma, alpha, 0.1, 0.02) == pytest.approx(
+            economics.speedup(alpha, gamma, 0.1, verify_cost=1 + 0.02 * gamma))
+
+
+def test_tree_expected_tokens_by_hand():
+    # α = 0.8: two children hit with 1 - 0.2² = 0.96; levels [0.96, 0.96, 0.8, 0.8]
+    want = 1 + 0.96 + 0.96**2 + 0.96**2 * 0.8 + 0.96**2 * 0.8**2
+    assert tree_expected_tokens([2, 2, 1, 1], 0.8) == pytest.approx(want)
+    assert level_hit_rates([2, 2, 1, 1], 0.8) == pytest.approx([0.96, 0.96, 0.8, 0.8])
+    hits = [0.69, 0.8, 0.86, 0.88]  # measured top-k rates are used as they are
+    assert level_hit_rates([3, 1, 2], hits) == [0.86, 0.69, 0.8]
+    assert tree_expected_tokens([3, 1, 2], hits) == pytest.approx(1 + 0.86 + 0.86 * 0.69 + 0.86 * 0.69 * 0.8)
+
+
+def test_tree_expected_tokens_matches_a_simulation():
+    """The model by Monte Carlo: each level is a coin with the level's hit rate; stop at the first miss."""
+    g = torch.Generator().manual_seed(0)
+    branching, alpha = [3, 2, 1], 0.6
+    h = torch.tensor(level_hit_rates(branching, alpha))
+    coins = torch.rand(200_000, len(branching), generator=g) < h  # [draws, levels]
+    accepted = coins.int().cumprod(-1).sum(-1)  # leading hits
+    assert (1 + accepted.float().mean()).item() == pytest.approx(tree_expected_tokens(branching, alpha), abs=0.01)
+
+
+def test_wider_trees_win_when_verification_is_free_and_lose_when_it_is_not():
+    for alpha in (0.5, 0.7, 0.9):
+        assert tree_speedup([2, 2, 1, 1], alpha, 0.05, 0.0) > tree_speedup([1, 1, 1, 1], alpha, 0.05, 0.0)
+        assert tree_speedup([3, 3, 2], alpha, 0.05, 0.2) < tree_speedup([1, 1, 1, 1], alpha, 0.05, 0.2)
+    assert tree_speedup([2, 2], 0.5, 0.0, 0.0) == tree_expected_tokens([2, 2], 0.5)
+
+
+@pytest.mark.parametrize("bad", [[], [2, 0], [1.5], (True,), "22"])
+def test_bad_branching_is_refused(bad):
+    with pytest.raises(ValueError, match="branching"):
+        tree_nodes(bad)
+
+
+def test_hit_rates_must_cover_the_widest_level():
+    with pytest.raises(ValueError, match="top-k hit rates up to k = 3"):
+        tree_expected_tokens([3, 1], [0.7, 0.8])
+    with pytest.raises(ValueError, match="alpha"):
+        tree_expected_tokens([2], 1.5)
+
+
+# ---- widgets ------------------------------------------------------------------------------------------
+
+
+def test_tree_shape_and_summary():
+    assert widgets.tree_shape(3, 4, 2) == [3, 3, 1, 1]
+    assert widgets.tree_shape(2, 2, 5) == [2, 2] and widgets.tree_shape(4, 3, 0) == [1, 1, 1]
+    s = widgets.tree_summary([2, 2, 1, 1], 0.8, 0.05, 0.01)
+    assert s["nodes"] == 14
+    assert s["tokens_per_pass"] == tree_expected_tokens([2, 2, 1, 1], 0.8)
+    assert s["speedup"] == pytest.approx(s["tokens_per_pass"] / (1 + 0.14 + 0.2))
+    assert s["chain_tokens_per_pass"] == pytest.approx(economics.expected_tokens(0.8, 4))
+
+
+def test_tree_explorer_updates_its_numbers():
+    box = widgets.tree_explorer(hit=0.8, width=2, depth=4, wide_levels=2, c=0.05, v=0.0)
+    (width, depth, wide), (hit, c, v) = box.children[0].children, box.children[1].children
+    text = box.children[2]
+    assert "<b>14</b> nodes" in text.value and f"<b>{tree_expected_tokens([2, 2, 1, 1], 0.8):.2f}</b>" in text.value
+    width.value = 3
+    assert "<b>[3, 3, 1, 1]</b>" in text.value and f"<b>{tree_nodes([3, 3, 1, 1])}</b> nodes" in text.value
+    hit.value = 0.0
+    assert "<b>1.00</b> tokens per pass" in text.value
+    plt.close("all")
+
+
+def test_tree_grid_draws_the_model():
+    fig = widgets.tree_grid(hits=(0.7, 0.9), cs=(0.05,), shapes=([1, 1, 1, 1], [2, 2, 1, 1]), v_max=0.1)
+    assert len(fig.axes) == 2
+    line = fig.axes[1].lines[1]  # α = 0.9, the tree [2, 2, 1, 1]
+    xs, ys = line.get_xdata(), line.get_ydata()
+    assert ys[0] == pytest.approx(tree_speedup([2, 2, 1, 1], 0.9, 0.05, 0.0))
+    assert ys[-1] == pytest.approx(tree_speedup([2, 2, 1, 1], 0.9, 0.05, xs[-1]))
+    plt.close(fig)
+
+
+# ---- the second mode: the real pair -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(1)
+    target = _llama(layers=2, seed=0)
+    return target, _noisy_copy(target, 0.3, seed=1)
+
+
+def test_topk_hit_rates_grow_with_k_and_are_one_for_the_target_itself(pair):
+    target, noisy = pair
+    ids = _prompt(4, n=10)
+    hits = widgets.topk_hit_rates(target, noisy, ids, max_new_tokens=24, k=4)
+    assert len(hits) == 4 and all(a <= b for a, b in zip(hits, hits[1:])) and 0 <= hits[0] < 1
+    assert widgets.topk_hit_rates(target, target, ids, max_new_tokens=24, k=2) == [1.0, 1.0]
+
+
+def test_measure_tree_reports_tau_beside_the_prediction(pair):
+    target, noisy = pair
+    ids = _prompt(5, n=10)
+    m = widgets.measure_tree(target, noisy, ids, [2, 2, 1], max_new_tokens=24)
+    assert m["same_as_greedy"] and 1 <= m["measured_tau"] <= 4
+    assert m["predicted_tau"] == pytest.approx(tree_expected_tokens([2, 2, 1], m["hit"]))
+    assert m["nodes_per_pass"] <= tree_nodes([2, 2, 1]) == 10
+    perfect = widgets.measure_tree(target, target, ids, [2, 1], max_new_tokens=24)
+    assert perfect["predicted_tau"] == 3 and perfect["measured_tau"] == pytest.approx(24 / math.ceil(24 / 3))
