@@ -1122,7 +1122,7 @@ def check_tree_size(count_nodes: Callable[[list[int]], int], verify_cost: Callab
            "decode steps")
 
 
-# Exercise 4's distributions (the exercise notebook shows neither).
+# Exercise 4's distributions (notebook 04's Monte Carlo uses the same pair; the exercise notebook shows neither).
 MULTI_P = [0.35, 0.25, 0.2, 0.12, 0.08]
 MULTI_Q = [0.05, 0.45, 0.3, 0.05, 0.15]
 
