@@ -19,3 +19,6 @@ from specdec_lab.lookahead import lookahead_generate  # noqa: E402
 
 # Medusa (chapter 05): heads on the target's last hidden state, verified as a tree.
 from specdec_lab.medusa import MedusaDrafter  # noqa: E402
+
+# EAGLE (chapter 06): a one-layer draft over the target's features; EAGLE-2's dynamic tree; EAGLE-3.
+from specdec_lab.eagle import EagleDrafter  # noqa: E402

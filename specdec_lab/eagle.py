@@ -1,0 +1,526 @@
+"""EAGLE, EAGLE-2, EAGLE-3: a one-layer draft that extrapolates the target's FEATURES, not its tokens.
+
+Derived in notebooks/06_eagle.ipynb.
+
+The target's LM head reads a feature f_t (its last hidden state) and predicts token t+1. EAGLE's draft reads
+the pair (f_t, token t+1), where token t+1 is the token the target actually picked, and predicts f_{t+1};
+the target's own frozen LM head turns that into a guess for token t+2. Feeding the predicted feature back
+(with the drafted token) extends the guess, one cheap decoder layer per token:
+
+    x_t   = fc([embed(token_{t+1}), f_t])          2H -> H   (the target's frozen embedding)
+    o_t   = DecoderLayer(x_0 .. x_t)               one layer: RMSNorm, attention with RoPE, SwiGLU MLP
+    token_{t+2} ~ lm_head(o_t)                     (the target's frozen LM head; EAGLE-3 adds a norm)
+
+EAGLE-1: f_t is the target's last hidden state; training regresses o_t onto f_{t+1} (SmoothL1, weight 1.0)
+plus cross-entropy of lm_head(o_t) against the target's own choice (weight 0.1), with noise on the inputs.
+EAGLE-2: the same draft, drafting a DYNAMIC tree: expand the best nodes, score every node by its cumulative
+draft log-probability, keep the best `budget` nodes (see `EagleDrafter`).
+EAGLE-3: f_t is fuse([h_low, h_mid, h_high]) (3H -> H) of three target layers; no feature loss, only tokens;
+trained with "training-time test": a few unrolled steps that feed the draft's own outputs back in, so the
+draft learns to continue from its own (imperfect) features, as it must when drafting (step i weighs 0.8^i).
+
+    drafter = EagleDrafter.from_zoo(target, version=1, dynamic=True)   # trained by `specdec-lab train-zoo`
+    gen = generate(target, ids, drafter, max_new_tokens=64)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from specdec_lab.decoding import Warp
+from specdec_lab.drafters import Drafter
+from specdec_lab.tree import DraftTree, branching_parents, tree_mask
+
+__all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers",
+           "cache_states", "ttt_mask", "unroll", "eagle_loss", "train_eagle_net", "eagle_accuracy",
+           "expand_step", "select_nodes", "static_shapes", "EAGLE_DIR"]
+
+EAGLE_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"  # eagle1/ and eagle3/ live here
+
+
+# ---- the draft's decoder layer, written out ----------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight over the last dim."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x: Tensor, positions: Tensor, theta: float = 10000.0) -> Tensor:
+    """Rotary embedding of x [B, heads, n, d] at explicit positions [n] (rotate-half layout, as Llama)."""
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)  # [d/2]
+    angles = positions.to(x.device, torch.float32)[:, None] * inv_freq  # [n, d/2]
+    cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)  # [n, d]
+    half = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)  # [B, heads, n, d]
+    return x * cos + half * sin
+
+
+class KVCache:
+    """The draft's own cache: keys and values [B, heads, L, d], grown by concatenation, cut by crop/gather."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add [B, heads, n, d] keys/values; returns everything cached, [B, heads, L + n, d] each."""
+        self.k = k if self.k is None else torch.cat([self.k, k], 2)
+        self.v = v if self.v is None else torch.cat([self.v, v], 2)
+        return self.k, self.v
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` positions."""
+        if self.k is not None:
+            self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
+
+    def gather(self, keep: Sequence[int]) -> None:
+        """Keep the positions `keep` (in that order)."""
+        if self.k is not None:
+            idx = torch.as_tensor(list(keep), dtype=torch.long, device=self.k.device)
+            self.k, self.v = self.k[:, :, idx], self.v[:, :, idx]
+
+
+class DraftLayer(nn.Module):
+    """One pre-norm Llama-style decoder layer with an explicit mask over [cached + new] positions."""
+
+    def __init__(self, hidden: int, heads: int, mlp: int):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")
+        self.heads, self.d = heads, hidden // heads
+        self.attn_norm, self.mlp_norm = RMSNorm(hidden), RMSNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
+        self.o = nn.Linear(hidden, hidden, bias=False)
+        self.gate, self.up = nn.Linear(hidden, mlp, bias=False), nn.Linear(hidden, mlp, bias=False)
+        self.down = nn.Linear(mlp, hidden, bias=False)
+
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        """x [B, n, H] at positions [n]; mask bool [n, L + n] (True = may attend; None = causal) over the L
+        cached positions then the n new ones. The new keys/values are appended to `cache`."""
+        B, n, H = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(B, n, 3, self.heads, self.d).permute(2, 0, 3, 1, 4)  # 3 x [B, h, n, d]
+        q, k = rope(q, positions), rope(k, positions)
+        if cache is not None:
+            k, v = cache.append(k, v)  # [B, h, L + n, d]
+        L = k.shape[2] - n
+        if mask is None:  # causal: everything cached, then the new tokens in order
+            mask = torch.ones(n, L + n, dtype=torch.bool, device=x.device).tril(L)  # [n, L + n]
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(x.device))  # [B, h, n, d]
+        x = x + self.o(a.transpose(1, 2).reshape(B, n, H))  # [B, n, H]
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))  # [B, n, H]
+
+
+def fuse_layers(num_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's low, middle and high layer for a target of `num_layers` layers, as hidden-state indices
+    (HF's hidden_states[i] = output of layer i): (2, 4, 7) for the 8-layer zoo target."""
+    return (max(1, round(num_layers / 4)), max(1, num_layers // 2), max(1, num_layers - 1))
+
+
+class EagleNet(nn.Module):
+    """The draft network: fc over [embedding of the next token, feature], one DraftLayer, the target's LM head.
+
+    version 1: feature = the target's last hidden state (after its final norm, what its LM head reads);
+    the output o_t is itself a predicted feature, read directly by the LM head.
+    version 3: the feature of a committed position is fuse([h_low, h_mid, h_high]) (3H -> H); for drafted
+    positions it is the draft's own output; a trainable norm sits before the frozen LM head.
+    The target's embedding and LM head are used, frozen, and neither saved nor trained.
+    """
+
+    def __init__(self, target, version: int = 1, heads: int = 4, mlp: int = 512, layers: Sequence[int] | None = None):
+        super().__init__()
+        if version not in (1, 3):
+            raise ValueError(f"version must be 1 (EAGLE-1/2) or 3 (EAGLE-3), got {version!r}")
+        config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+        H = config.hidden_size
+        self.version, self.hidden, self.num_heads, self.mlp = version, H, heads, mlp
+        self.layers = tuple(layers or fuse_layers(config.num_hidden_layers)) if version == 3 else ()
+        self.fuse = nn.Linear(3 * H, H, bias=False) if version == 3 else None
+        self.fc = nn.Linear(2 * H, H, bias=False)
+        self.layer = DraftLayer(H, heads, mlp)
+        self.out_norm = RMSNorm(H) if version == 3 else None
+        embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+        embed.requires_grad_(False)
+        head.requires_grad_(False)
+        object.__setattr__(self, "_embed", embed)  # not submodules: not trained, not saved
+        object.__setattr__(self, "_lm_head", head)
+
+    def true_feature(self, states: Sequence[Tensor]) -> Tensor:
+        """The feature of committed positions from the target's hidden states (HF's tuple, each [.., H])."""
+        return self.combine([states[-1]] if self.version == 1 else [states[i] for i in self.layers])
+
+    def combine(self, picked: Sequence[Tensor]) -> Tensor:
+        """Version 1: the last hidden state itself; version 3: fuse([h_low, h_mid, h_high]), 3H -> H."""
+        return picked[0] if self.version == 1 else self.fuse(torch.cat(list(picked), -1))  # [.., H]
+
+    def forward(self, feature: Tensor, tokens: Tensor, positions: Tensor, mask: Tensor | None = None,
+                cache: KVCache | None = None) -> Tensor:
+        """feature [B, n, H] and the next tokens [B, n] at positions [n] -> outputs o [B, n, H]."""
+        x = self.fc(torch.cat([self._embed(tokens).to(feature.dtype), feature], -1))  # [B, n, 2H] -> [B, n, H]
+        return self.layer(x, positions, mask, cache)  # [B, n, H]
+
+    def logits(self, out: Tensor) -> Tensor:
+        """Draft outputs [.., H] -> logits [.., V] through the target's frozen LM head."""
+        return self._lm_head(out if self.out_norm is None else self.out_norm(out))
+
+    # ---- the zoo's files ----
+
+    def save(self, path: Path | str, meta: dict | None = None) -> None:
+        """eagle.safetensors (bfloat16) and config.json, the layout `from_zoo` reads."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().to(torch.bfloat16).contiguous() for k, v in self.state_dict().items()},
+                  path / "eagle.safetensors")
+        info = {"version": self.version, "hidden": self.hidden, "heads": self.num_heads, "mlp": self.mlp,
+                "layers": list(self.layers), "vocab": self._lm_head.out_features}
+        (path / "config.json").write_text(json.dumps({**info, **(meta or {})}, indent=2) + "\n")
+
+    @classmethod
+    def from_zoo(cls, target, version: int = 1, root: Path | str = EAGLE_DIR) -> EagleNet:
+        """The draft shipped with the zoo for `target` (root/eagle1 or root/eagle3)."""
+        from safetensors.torch import load_file
+
+        if version not in (1, 3):
+            raise ValueError(f"version must be 1 (EAGLE-1, also used by EAGLE-2) or 3 (EAGLE-3), got {version!r}")
+        path = Path(root) / f"eagle{version}"
+        if not (path / "eagle.safetensors").exists():
+            raise FileNotFoundError(f"no EAGLE-{version} weights in {path}: run "
+                                    f"`specdec-lab train-zoo --stage eagle` (minutes on a CPU)")
+        meta = json.loads((path / "config.json").read_text())
+        H, V = target.config.hidden_size, target.config.vocab_size
+        if meta["hidden"] != H or meta["vocab"] != V:
+            raise ValueError(f"the EAGLE-{version} draft in {path} was trained for hidden {meta['hidden']} / vocab "
+                             f"{meta['vocab']}, not this target's {H} / {V}: use zoo.load_pair('tiny')'s target, "
+                             "or train a draft for yours")
+        net = cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None)
+        net.load_state_dict({k: v.float() for k, v in load_file(path / "eagle.safetensors").items()})
+        return net.to(device=target.device, dtype=target.dtype).eval()
+
+
+# ---- training on cached target states -----------------------------------------------------------------
+
+
+@torch.no_grad()
+def cache_states(target, windows: Tensor, layers: Sequence[int] = (), batch: int = 16) -> tuple[Tensor, Tensor]:
+    """Run the frozen target once over windows [N, T]: (states [N, T, S, H] bf16, argmax [N, T]).
+
+    states[..., s, :] is hidden_states[layers[s]] for s < len(layers), and the last state (after the
+    final norm) at s = -1. argmax[:, t] is the target's greedy choice for token t+1 (the labels).
+    """
+    from specdec_lab import lm
+
+    out, best = [], []
+    for i in range(0, len(windows), batch):
+        logits, hidden = lm.forward(target, windows[i: i + batch], hidden=True)
+        out.append(torch.stack([hidden[j] for j in layers] + [hidden[-1]], 2).to(torch.bfloat16))  # [b, T, S, H]
+        best.append(logits.argmax(-1))  # [b, T]
+    return torch.cat(out), torch.cat(best)
+
+
+def _features(net: EagleNet, states: Tensor) -> Tensor:
+    """Cached states [B, T, S, H] (from cache_states with net.layers) -> true features [B, T, H]."""
+    states = states.float()
+    picked = [states[:, :, -1]] if net.version == 1 else [states[:, :, s] for s in range(len(net.layers))]
+    return net.combine(picked)  # [B, T, H]
+
+
+def ttt_mask(T: int, step: int) -> Tensor:
+    """Training-time test, step i: bool [T, (i + 1) T], which keys position p sees among steps 0..i.
+
+    Step 0 is the ordinary causal pass over true features. At step i the input at position p stands for a
+    node drafted i levels deep from the committed prefix 0 .. p - i: it sees step 0 (true features) at
+    positions <= p - i, and step j (1 <= j <= i) only at position p - i + j, its own drafted ancestors
+    (j = i is itself).
+    """
+    p = torch.arange(T)[:, None]  # [T, 1] query positions
+    q = torch.arange(T)[None, :]  # [1, T] key positions
+    blocks = [q <= p - step] + [q == p - step + j for j in range(1, step + 1)]
+    return torch.cat(blocks, 1)  # [T, (i + 1) T]; positions p < i (no valid root) see little, scored never
+
+
+def unroll(net: EagleNet, feature: Tensor, tokens: Tensor, steps: int) -> list[Tensor]:
+    """The training-time-test unroll: outputs [B, T, H] of steps 0..steps-1.
+
+    feature [B, T, H]: true features; tokens [B, T]: tokens[:, p] is the token after position p. Step 0
+    reads the true features; step i reads, at position p, the previous step's output at p - 1 (the draft's
+    own predicted feature, as when drafting). One KV cache holds every step's keys; `ttt_mask` says which
+    of them each position may see.
+    """
+    T = feature.shape[1]
+    positions = torch.arange(T)
+    cache, outs = KVCache(), []
+    for i in range(steps):
+        if i:  # shift right by one: position p reads the output at p - 1 (position 0 gets a zero feature)
+            feature = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], 1)  # [B, T, H]
+        outs.append(net(feature, tokens, positions, ttt_mask(T, i), cache))  # [B, T, H]
+    return outs
+
+
+def eagle_loss(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: int = 1, noise: float = 0.0,
+               generator: torch.Generator | None = None) -> tuple[Tensor, list[float]]:
+    """The training loss on cached states [B, T, S, H], text x [B, T] and the target's argmax labels [B, T].
+
+    Pair p reads (feature f_p, token x_{p+1}) and is scored on the token after that, labels[:, p + 1]
+    (labels[:, t] = the target's own choice for token t+1). Version 1: SmoothL1(o_p, f_{p+1}) + 0.1 CE, with
+    Gaussian noise of std `noise` on the input features. Version 3: sum over unrolled steps i of 0.8^i CE,
+    positions p >= i only. Returns (loss, per-step CE).
+    """
+    f = _features(net, states)  # [B, T, H]
+    tokens = x[:, 1:]  # [B, T-1] the token after each position
+    f_in = f[:, :-1]
+    if noise:
+        f_in = f_in + noise * torch.randn(f_in.shape, generator=generator)
+    outs = unroll(net, f_in, tokens, steps)  # steps x [B, T-1, H]
+    want = labels[:, 1:]  # [B, T-1] the target's choice for the token after x_{p+1}
+    total, per_step = f.new_zeros(()), []
+    for i, o in enumerate(outs):
+        logits = net.logits(o[:, i:])  # [B, T-1-i, V]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), want[:, i:].reshape(-1))
+        per_step.append(ce.item())
+        total = total + 0.8 ** i * ce
+    if net.version == 1:
+        feat = F.smooth_l1_loss(outs[0].float(), f[:, 1:].detach().float())
+        total = feat + 0.1 * total
+        per_step.append(feat.item())  # the feature loss last
+    return total, per_step
+
+
+def train_eagle_net(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: int = 400, batch: int = 8,
+                    lr: float = 1e-3, ttt_steps: int = 1, noise: float = 0.0, seed: int = 0, log_every: int = 25,
+                    progress: bool = True) -> list[tuple]:
+    """Train the draft on cached states [N, T, S, H], text [N, T] and labels [N, T]; returns the loss log.
+
+    AdamW, warmup then cosine decay, bf16 autocast for the products; the target is never run here.
+    """
+    from tqdm.auto import tqdm
+
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    params = [p for p in net.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    log = []
+    net.train()
+    bar = tqdm(range(steps), desc=f"eagle-{net.version}", disable=not progress, mininterval=2)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        idx = torch.randint(0, len(states), (batch,), generator=g)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=states.device.type == "cpu"):
+            loss, parts = eagle_loss(net, states[idx], x[idx], labels[idx], ttt_steps, noise, g)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if (step + 1) % log_every == 0 or step == 0:
+            log.append((step + 1, round(loss.item(), 4), *[round(v, 4) for v in parts]))
+    net.eval()
+    return log
+
+
+@torch.no_grad()
+def eagle_accuracy(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, depth: int = 3, batch: int = 8) -> list[float]:
+    """Top-1 agreement with the target's greedy choice when drafting 1..depth tokens ahead of true features.
+
+    Entry i: the unrolled step i (the draft reading its own features i times) against labels; entry 0 is
+    the plain next-next-token accuracy. The same unroll for both versions, so they compare fairly.
+    """
+    hits, counts = [0] * depth, [0] * depth
+    for s in range(0, len(states), batch):
+        st, xx, yy = states[s: s + batch], x[s: s + batch], labels[s: s + batch]
+        outs = unroll(net, _features(net, st)[:, :-1], xx[:, 1:], depth)
+        for i, o in enumerate(outs):
+            pred = net.logits(o[:, i:]).argmax(-1)  # [b, T-1-i]
+            hits[i] += (pred == yy[:, 1 + i:]).sum().item()
+            counts[i] += pred.numel()
+    return [h / c for h, c in zip(hits, counts)]
+
+
+# ---- EAGLE-2's dynamic tree, one step at a time ---------------------------------------------------------
+
+
+def expand_step(scores: Tensor, logp: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """One EAGLE-2 expansion: frontier scores [m] and the frontier's next-token log-probs [m, V] -> candidates.
+
+    Every frontier node offers its top-k tokens; a child's score is its parent's score plus its own
+    log-probability (the cumulative log-prob of its path). Returns the m * k candidates best first, as
+    (parent rows [m*k], tokens [m*k], scores [m*k]); the first k of them are the next frontier.
+    """
+    top = logp.topk(k, -1)  # values, indices: [m, k]
+    cand = (scores[:, None] + top.values).reshape(-1)  # [m*k] cumulative scores
+    order = cand.argsort(descending=True, stable=True)  # [m*k] best first (ties: the earlier candidate)
+    rows = torch.div(order, k, rounding_mode="floor")  # [m*k] which frontier node is the parent
+    return rows, top.indices.reshape(-1)[order], cand[order]
+
+
+def select_nodes(scores: Sequence[float], parents: Sequence[int], budget: int) -> list[int]:
+    """The `budget` best nodes by score, in index order (parents before children): a connected subtree.
+
+    A child's cumulative log-prob is at most its parent's, and ties go to the lower index (the parent), so
+    every kept node's parent is kept too.
+    """
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:budget]
+    keep = sorted(order)
+    kept = set(keep)
+    assert all(parents[i] < 0 or parents[i] in kept for i in keep), "selection is not a subtree"
+    return keep
+
+
+def static_shapes(nodes: int, max_depth: int = 8, max_branch: int = 4) -> list[list[int]]:
+    """Every branching list (entries 1..max_branch, depth <= max_depth) whose full tree has exactly `nodes`
+    nodes: the static trees an EAGLE-2 tree of the same budget is compared with. [4, 1, 1, 1, 1, 1] has 24."""
+    out = []
+
+    def grow(branching, width, count):
+        if count == nodes:
+            out.append(list(branching))
+        if count >= nodes or len(branching) == max_depth:
+            return
+        for b in range(1, max_branch + 1):
+            if count + width * b <= nodes:
+                grow(branching + [b], width * b, count + width * b)
+
+    grow([], 1, 0)
+    return out
+
+
+# ---- drafting ----------------------------------------------------------------------------------------------
+
+
+class EagleDrafter(Drafter):
+    """Drafts with an EagleNet: a chain, a static tree (branching), or EAGLE-2's dynamic tree.
+
+    Its own KV cache holds only pairs built from TRUE target features: `commit` crops away whatever the last
+    draft added, then feeds the pairs (feature of position p, committed token p+1) of the positions the
+    target just read. The last of them predicts the feature of the pending token, from which the tree grows:
+    level l is one forward over the frontier (each node's input = its parent's predicted feature and its own
+    token, at position n_true + l, seeing the true pairs, its ancestors and itself). Children are the draft's
+    top-k tokens (q=None: distinct deterministic picks, exact under sampling too).
+
+    branching: static tree shape ([1] * γ = a chain; default [1, 1, 1, 1]). dynamic=True: EAGLE-2 with
+    `topk` children per expanded node and `topk` nodes kept per level, `depth` levels, and the best `budget`
+    nodes overall by cumulative draft log-probability.
+    """
+
+    needs_hidden = True
+
+    def __init__(self, net: EagleNet, branching: Sequence[int] | None = None, dynamic: bool = False,
+                 topk: int = 4, depth: int = 6, budget: int = 24):
+        if dynamic and branching is not None:
+            raise ValueError("pass branching (a static tree) or dynamic=True (EAGLE-2's tree), not both")
+        self.net, self.dynamic = net, dynamic
+        self.branching = list(branching or [1, 1, 1, 1])
+        branching_parents(self.branching)  # checks it
+        if dynamic and not (topk >= 1 and depth >= 1 and budget >= 1):
+            raise ValueError(f"topk, depth and budget must be >= 1, got {topk}, {depth}, {budget}")
+        self.topk, self.depth, self.budget = topk, depth, budget
+        self.cache, self.n_true, self.root = KVCache(), 0, None
+
+    @classmethod
+    def from_zoo(cls, target, version: int = 1, dynamic: bool = False, **kwargs) -> EagleDrafter:
+        """The drafter with the draft shipped for the zoo target: version 1 (EAGLE-1; dynamic=True is
+        EAGLE-2's tree) or 3 (EAGLE-3)."""
+        return cls(EagleNet.from_zoo(target, version), dynamic=dynamic, **kwargs)
+
+    def start(self, target, ids: Tensor) -> None:
+        H = target.config.get_text_config().hidden_size
+        if H != self.net.hidden:
+            raise ValueError(f"this EAGLE draft was built for hidden size {self.net.hidden}, the target has {H}: "
+                             "train one for this target")
+        self.cache, self.n_true, self.root = KVCache(), 0, None
+
+    @torch.no_grad()
+    def commit(self, ids: Tensor, accepted: int, path=None, hidden=None) -> None:
+        """Replace the drafted nodes in the cache by the true pairs of the positions the target just read."""
+        self.cache.crop(self.n_true)  # drop the drafted nodes: their features were predictions
+        m = min(hidden[0].shape[0], ids.shape[1] - 1 - self.n_true)  # rows whose next token is committed
+        feature = self.net.true_feature([h[:m] for h in hidden])[None]  # [1, m, H]
+        tokens = ids[:, self.n_true + 1: self.n_true + 1 + m]  # [1, m] the token after each of those positions
+        positions = torch.arange(self.n_true, self.n_true + m)  # [m]
+        out = self.net(feature.to(self.net.fc.weight.dtype), tokens, positions, None, self.cache)  # [1, m, H]
+        self.n_true += m
+        self.root = out[0, -1]  # [H] the predicted feature of the pending token
+
+    @torch.no_grad()
+    def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
+        if self.root is None or limit < 1:
+            return DraftTree([], [])  # the prefill pass drafts nothing
+        assert len(self.cache) == self.n_true == ids.shape[1] - 1, "the draft cache must hold only true pairs"
+        if self.dynamic:
+            return self._dynamic(min(self.depth, limit))
+        return self._static(self.branching[:limit])
+
+    def _feed(self, feats: Tensor, tokens: list[int], level: int, anc: Tensor) -> tuple[Tensor, Tensor]:
+        """Feed m frontier nodes at depth `level`: feats [m, H] (their parents' outputs), anc [m, fed] bool
+        (which already-fed nodes are each one's ancestors). Returns (outputs [m, H], log-probs [m, V])."""
+        m = len(tokens)
+        mask = torch.cat([torch.ones(m, self.n_true, dtype=torch.bool), anc, torch.eye(m, dtype=torch.bool)], 1)
+        positions = torch.full((m,), self.n_true + level)  # [m] siblings share a position
+        out = self.net(feats[None], torch.tensor([tokens]), positions, mask, self.cache)[0]  # [m, H]
+        return out, F.log_softmax(self.net.logits(out).float(), -1)  # [m, H], [m, V]
+
+    def _static(self, branching: list[int]) -> DraftTree:
+        tokens, parents = [], []
+        frontier, out = [-1], self.root[None]  # nodes whose children come next; their outputs [m, H]
+        logp = F.log_softmax(self.net.logits(out).float(), -1)  # [1, V]
+        fed: list[int] = []  # node indices in the order they entered the cache
+        for level, b in enumerate(branching):
+            if level:  # one forward over the frontier
+                mask = tree_mask(parents)  # [n, n] ancestors
+                anc = mask[frontier][:, fed]  # [m, fed]
+                feats = out[[parent_row[i] for i in frontier]]  # each node reads its parent's output
+                out, logp = self._feed(feats, [tokens[i] for i in frontier], level - 1, anc)
+                fed += frontier
+            kids = logp.topk(b, -1).indices.tolist()  # [m, b] distinct picks
+            new, parent_row = [], {}
+            for row, p in enumerate(frontier):
+                for t in kids[row]:
+                    parent_row[len(tokens)] = row  # the row of `out` holding this node's parent's output
+                    new.append(len(tokens))
+                    tokens.append(t)
+                    parents.append(p)
+            frontier = new
+        return DraftTree(tokens, parents)
+
+    def _dynamic(self, depth: int) -> DraftTree:
+        k = self.topk
+        tokens, parents, scores = [], [], []  # every candidate ever proposed (the pool)
+        frontier, out, fed = [-1], self.root[None], []  # the nodes expanded next, their outputs [m, H]
+        logp = F.log_softmax(self.net.logits(out).float(), -1)  # [1, V] after the pending token
+        for level in range(depth):
+            if level:  # one forward over the frontier (each reads its parent's output and its own token)
+                anc = tree_mask(parents)[frontier][:, fed]  # [m, fed] ancestors among the fed nodes
+                feats = torch.stack([out_of[i] for i in frontier])  # [m, H]
+                out, logp = self._feed(feats, [tokens[i] for i in frontier], level - 1, anc)  # [m, H], [m, V]
+                fed += frontier
+            base = torch.tensor([0.0 if i < 0 else scores[i] for i in frontier])  # [m]
+            rows, toks, sc = expand_step(base, logp, k)  # m * k candidates, best first
+            new, out_of = [], {}
+            for r, t, s in zip(rows.tolist(), toks.tolist(), sc.tolist()):
+                out_of[len(tokens)] = out[r]  # its input feature when fed: the parent's output
+                new.append(len(tokens))
+                tokens.append(t)
+                parents.append(frontier[r])
+                scores.append(s)
+            frontier = new[:k]  # keep the k best of this depth for expansion
+        keep = select_nodes(scores, parents, self.budget)  # best `budget` of the pool, parents first
+        index = {old: new for new, old in enumerate(keep)}
+        return DraftTree([tokens[i] for i in keep], [-1 if parents[i] < 0 else index[parents[i]] for i in keep])

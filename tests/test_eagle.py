@@ -1,0 +1,296 @@
+"""Tests for EAGLE-1/2/3 (chapter 06): the draft layer and its cache, the training-time-test unroll, the dynamic
+tree, and EagleDrafter in generate() (greedy identity, exact sampling); the shipped drafts on the suite."""
+import json
+
+import pytest
+import torch
+from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _pooled_chi_square, _prompt
+
+from specdec_lab import EagleDrafter, generate, lm, zoo
+from specdec_lab.decoding import Warp
+from specdec_lab.eagle import (EAGLE_DIR, DraftLayer, EagleNet, KVCache, cache_states, eagle_accuracy, eagle_loss,
+                               expand_step, select_nodes, train_eagle_net, ttt_mask, unroll)
+from specdec_lab.tree import tree_depths
+
+ZOO = all((EAGLE_DIR / f"eagle{v}" / "eagle.safetensors").exists() for v in (1, 3))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return _llama(layers=3, seed=0)
+
+
+def _net(target, version, seed=0, scale=0.05, mlp=128):
+    """A draft with random weights: it guesses, mostly wrong, which is what exactness tests need."""
+    net = EagleNet(target, version, heads=4, mlp=mlp)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return net.eval()
+
+
+# ---- the layer, its cache, the unroll ---------------------------------------------------------------------
+
+
+def test_layer_with_cache_equals_one_causal_pass():
+    torch.manual_seed(0)
+    layer = DraftLayer(32, 4, 64)
+    x = torch.randn(2, 7, 32)
+    full = layer(x, torch.arange(7))  # [2, 7, 32] causal
+    cache = KVCache()
+    first = layer(x[:, :4], torch.arange(4), None, cache)
+    rest = layer(x[:, 4:], torch.arange(4, 7), None, cache)
+    torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-5, rtol=1e-5)
+    assert len(cache) == 7
+    cache.crop(3)
+    assert len(cache) == 3 and cache.k.shape == (2, 4, 3, 8)
+
+
+def test_rope_attention_depends_only_on_relative_positions():
+    torch.manual_seed(1)
+    layer = DraftLayer(32, 4, 64)
+    x = torch.randn(1, 5, 32)
+    torch.testing.assert_close(layer(x, torch.arange(5)), layer(x, torch.arange(100, 105)), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(layer(x, torch.arange(5)), layer(x, torch.tensor([0, 2, 4, 6, 8])), atol=1e-3)
+
+
+def test_ttt_mask_small_case():
+    m = ttt_mask(4, 2)  # [4, 12]: step 0 keys, step 1 keys, step 2 keys
+    p = 3  # a node 2 levels deep whose true prefix ends at position 1
+    assert m[p, :4].tolist() == [True, True, False, False], "true features up to p - 2"
+    assert m[p, 4:8].tolist() == [False, False, True, False], "step 1 only at p - 1"
+    assert m[p, 8:].tolist() == [False, False, False, True], "step 2 only at p itself"
+    assert ttt_mask(5, 0).equal(torch.ones(5, 5, dtype=torch.bool).tril()), "step 0 is causal"
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_unroll_step_equals_drafting_from_own_output(target, version):
+    """Step i at position p must equal what drafting does: true pairs up to p - i, then i drafted pairs that
+    read the previous output."""
+    net = _net(target, version, seed=2, scale=0.2)
+    x = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(3))
+    _, hidden = lm.forward(target, x, hidden=True)
+    f = net.true_feature([h[0] for h in hidden])[None, :-1]  # [1, 9, H]
+    tokens = x[:, 1:]
+    outs = unroll(net, f, tokens, 3)
+    for i, p in [(1, 5), (2, 6), (2, 2)]:
+        r = p - i  # the last true position
+        cache = KVCache()
+        o = net(f[:, : r + 1], tokens[:, : r + 1], torch.arange(r + 1), None, cache)[:, -1:]  # [1, 1, H]
+        for j in range(1, i + 1):  # drafted pairs: the previous output, the next token
+            o = net(o, tokens[:, r + j: r + j + 1], torch.tensor([r + j]), None, cache)
+        torch.testing.assert_close(outs[i][:, p], o[:, 0], atol=1e-4, rtol=1e-4)
+
+
+def test_cached_states_give_the_live_features():
+    """Training reads features from cache_states; drafting from generate()'s hidden states: the same thing."""
+    from specdec_lab.eagle import _features
+
+    deep = _llama(layers=8, seed=8)
+    x = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(8))
+    _, hidden = lm.forward(deep, x, hidden=True)
+    for version in (1, 3):
+        net = _net(deep, version, seed=9, scale=0.2)
+        assert net.layers == ((2, 4, 7) if version == 3 else ())
+        states, best = cache_states(deep, x, net.layers)
+        with torch.no_grad():
+            live = net.true_feature([h.to(torch.bfloat16).float() for h in hidden])  # the cache stores bf16
+            torch.testing.assert_close(_features(net, states), live, atol=1e-5, rtol=1e-5)
+
+
+def test_training_lowers_the_loss(target):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 300, (16, 24), generator=g)
+    for version, steps in [(1, 1), (3, 2)]:
+        net = EagleNet(target, version, heads=4, mlp=128)
+        states, best = cache_states(target, x, net.layers)
+        assert states.shape == (16, 24, len(net.layers) + 1, 64) and states.dtype == torch.bfloat16
+        before, _ = eagle_loss(net, states, x, best, steps)
+        train_eagle_net(net, states, x, best, steps=40, batch=8, lr=3e-3, ttt_steps=steps, progress=False)
+        after, _ = eagle_loss(net, states, x, best, steps)
+        assert after < 0.9 * before, f"EAGLE-{version}: training should lower the loss ({before:.3f} -> {after:.3f})"
+        acc = eagle_accuracy(net, states, x, best, depth=2)
+        assert len(acc) == 2 and 0 <= min(acc) and max(acc) <= 1
+    assert sum(p.numel() for p in net.parameters()) == (3 * 64 * 64 + 2 * 64 * 64 + 4 * 64 * 64 + 3 * 64 * 128
+                                                        + 3 * 64), "the frozen embedding and LM head are not saved"
+
+
+# ---- EAGLE-2's dynamic tree -----------------------------------------------------------------------------
+
+
+def test_expand_step_hand_example():
+    scores = torch.tensor([-0.1, -1.0])  # two frontier nodes
+    logp = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.9, 0.05, 0.05]]))
+    rows, tokens, s = expand_step(scores, logp, 2)
+    assert rows.tolist() == [0, 1, 0, 1] and tokens.tolist() == [0, 0, 1, 1], "ranked by cumulative log-prob"
+    want = torch.tensor([-0.1, -1.0, -0.1, -1.0]) + torch.log(torch.tensor([0.5, 0.9, 0.3, 0.05]))
+    torch.testing.assert_close(s, want)
+    assert (s[:-1] >= s[1:]).all(), "candidates come best first"
+
+
+def test_select_nodes_keeps_a_subtree():
+    parents = [-1, -1, 0, 0, 1, 2]
+    scores = [-0.5, -0.2, -0.5, -0.9, -0.3, -0.6]  # node 2 ties its parent: the parent wins the tie
+    assert select_nodes(scores, parents, 3) == [0, 1, 4]
+    assert select_nodes(scores, parents, 4) == [0, 1, 2, 4]
+
+
+def test_dynamic_tree_budget_depth_and_order(target):
+    net = _net(target, 1, seed=5, scale=0.2)
+    ids = _prompt(5)
+    for budget, depth, limit in [(10, 4, 9), (6, 5, 2), (30, 3, 9)]:
+        drafter = EagleDrafter(net, dynamic=True, topk=3, depth=depth, budget=budget)
+        drafter.start(target, ids)
+        _, hidden = lm.forward(target, ids, hidden=True)
+        ext = torch.cat([ids, torch.tensor([[7]])], 1)  # the prefill's token is pending
+        drafter.commit(ext, 0, [], tuple(h[0] for h in hidden))
+        tree = drafter.propose(ext, Warp(), limit)
+        assert len(tree) == min(budget, 3 + 9 * (min(depth, limit) - 1)), "the budget (or the pool) bounds the tree"
+        assert all(p < i for i, p in enumerate(tree.parents)), "parents come before their children"
+        assert tree.depth <= min(depth, limit)
+        for i, p in enumerate(tree.parents):  # siblings are distinct tokens
+            sib = [tree.tokens[j] for j, q in enumerate(tree.parents) if q == p]
+            assert len(sib) == len(set(sib))
+        assert len(tree_depths(tree.parents)) == len(tree)
+
+
+# ---- the drafter in generate() -------------------------------------------------------------------------
+
+
+DRAFTERS = {"chain": dict(branching=[1, 1, 1, 1]), "static": dict(branching=[3, 2, 1]),
+            "dynamic": dict(dynamic=True, topk=3, depth=4, budget=12)}
+
+
+@pytest.mark.parametrize("version,kind", [(1, "chain"), (1, "static"), (1, "dynamic"), (3, "chain"), (3, "dynamic")])
+@pytest.mark.parametrize("seed", range(2))
+def test_eagle_greedy_equals_target_greedy(target, version, kind, seed):
+    drafter = EagleDrafter(_net(target, version, seed), **DRAFTERS[kind])
+    ids = _prompt(seed)
+    want = lm.hf_generate(target, ids, 30).tolist()
+    gen = generate(target, ids, drafter, max_new_tokens=30)
+    assert gen.tokens == want, f"EAGLE-{version} {kind} must equal greedy decoding"
+    assert gen.draft_nodes[0] == 0, "the prefill drafts nothing"
+
+
+def test_draft_cache_holds_only_true_pairs(target):
+    """After every commit the draft's cache equals the pairs (true feature, committed token), recomputed."""
+    net = _net(target, 3, seed=6, scale=0.2)
+    ids = _prompt(6)
+    seen = []
+
+    class Watch(EagleDrafter):
+        def commit(self, ids_, accepted, path=None, hidden=None):
+            super().commit(ids_, accepted, path, hidden)
+            _, states = lm.forward(target, ids_[:, :-1], hidden=True)  # the target's states, recomputed
+            fresh = KVCache()
+            f = net.true_feature([h[0] for h in states])[None]  # [1, T-1, H]
+            net(f, ids_[:, 1:], torch.arange(ids_.shape[1] - 1), None, fresh)
+            assert len(self.cache) == self.n_true == ids_.shape[1] - 1
+            torch.testing.assert_close(self.cache.k, fresh.k, atol=1e-4, rtol=1e-4)
+            seen.append(len(self.cache))
+
+    gen = generate(target, ids, Watch(net, branching=[2, 2, 1]), max_new_tokens=20)
+    assert len(seen) == gen.target_calls and seen == sorted(seen)
+
+
+def test_perfect_draft_accepts_everything(target):
+    """If the draft's output IS the target's next feature, EAGLE-1 accepts every drafted token."""
+    ids = _prompt(7)
+    future = lm.hf_generate(target, ids, 30).tolist()
+
+    class Oracle(EagleDrafter):
+        def propose(self, ids_, warp, limit):
+            tree = super().propose(ids_, warp, limit)
+            if self.root is None or limit < 1:
+                return tree
+            done = ids_.shape[1] - ids.shape[1]
+            from specdec_lab.tree import DraftTree
+            return DraftTree.chain(future[done: done + min(3, limit)])
+
+    gen = generate(target, ids, Oracle(_net(target, 1)), max_new_tokens=30)
+    assert gen.tokens == future and max(gen.accept_lengths) == 3
+
+
+@pytest.mark.parametrize("version,kind,settings", [(1, "dynamic", dict(temperature=1.0)),
+                                                   (3, "static", dict(temperature=0.7, top_p=0.9))],
+                         ids=["eagle2-T1", "eagle3-T0.7-p0.9"])
+def test_eagle_sampling_is_exact(version, kind, settings):
+    target = _llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    net = EagleNet(target, version, heads=2, mlp=32)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.5)
+    net.eval()
+    kw = dict(dynamic=True, topk=2, depth=2, budget=4) if kind == "dynamic" else dict(branching=[2, 1])
+    ids = torch.tensor([[1, 5, 2]])
+    want = _exact_joint(target, ids, Warp(**settings))
+    g = torch.Generator().manual_seed(7)
+    counts = torch.zeros(8 ** 3, dtype=torch.float64)
+    drafter = EagleDrafter(net, **kw)
+    for _ in range(RUNS):
+        a, b, c = generate(target, ids, drafter, max_new_tokens=3, generator=g, **settings).tokens
+        counts[a * 64 + b * 8 + c] += 1
+    pvalue = _pooled_chi_square(counts, want)
+    print(f"EAGLE-{version} {kind} {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs")
+    assert pvalue > P_MIN
+
+
+def test_bad_input_errors(target, tmp_path):
+    with pytest.raises(ValueError, match="version"):
+        EagleNet(target, 2)
+    with pytest.raises(ValueError, match="version"):
+        EagleDrafter.from_zoo(target, version=2)
+    with pytest.raises(FileNotFoundError, match="train-zoo --stage eagle"):
+        EagleNet.from_zoo(target, 1, root=tmp_path)
+    with pytest.raises(ValueError, match="dynamic"):
+        EagleDrafter(_net(target, 1), branching=[2, 1], dynamic=True)
+    other = _llama(hidden=32, layers=1, seed=3)
+    with pytest.raises(ValueError, match="hidden size"):
+        generate(other, _prompt(0), EagleDrafter(_net(target, 1)), max_new_tokens=4)
+    _net(target, 1).save(tmp_path / "eagle1")
+    with pytest.raises(ValueError, match="hidden"):
+        EagleNet.from_zoo(other, 1, root=tmp_path)
+    loaded = EagleNet.from_zoo(target, 1, root=tmp_path)
+    assert loaded.version == 1 and loaded.fc.weight.dtype == torch.float32
+
+
+# ---- the shipped drafts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not ZOO, reason="EAGLE drafts not trained yet (`specdec-lab train-zoo --stage eagle`)")
+def test_zoo_eagle_greedy_identity_and_eagle2_beats_medusa():
+    from specdec_lab import MedusaDrafter
+    from specdec_lab.medusa import MEDUSA_DIR
+    from specdec_lab.prompts import load_prompts
+
+    target, _, tok = zoo.load_pair("tiny")
+    drafters = {"EAGLE-1": EagleDrafter.from_zoo(target, 1), "EAGLE-2": EagleDrafter.from_zoo(target, 1, dynamic=True),
+                "EAGLE-3": EagleDrafter.from_zoo(target, 3, dynamic=True)}
+    if (MEDUSA_DIR / "heads.safetensors").exists():
+        drafters["Medusa"] = MedusaDrafter.from_zoo(target)
+    calls, tokens = dict.fromkeys(drafters, 0), dict.fromkeys(drafters, 0)
+    for p in load_prompts()[::6]:  # 9 prompts over the three categories; the notebook runs all 52
+        ids = tok(p["prompt"], return_tensors="pt").input_ids
+        want = generate(target, ids, None, max_new_tokens=24).tokens
+        for name, drafter in drafters.items():
+            gen = generate(target, ids, drafter, max_new_tokens=24)
+            assert gen.tokens == want, f"prompt {p['id']}: {name} changed the greedy output"
+            calls[name] += gen.target_calls
+            tokens[name] += len(gen.tokens)
+    tau = {name: tokens[name] / calls[name] for name in drafters}
+    assert tau["EAGLE-1"] > 1.5, f"the shipped EAGLE-1 draft should help: τ = {tau}"
+    if "Medusa" in tau:
+        assert tau["EAGLE-2"] > tau["Medusa"], f"EAGLE-2 should accept more than Medusa: τ = {tau}"
+    for v in (1, 3):
+        card = json.loads((EAGLE_DIR / f"eagle{v}" / "config.json").read_text())
+        assert card["version"] == v and card["val_accuracy_vs_target"][0] > 0.4
