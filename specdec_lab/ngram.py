@@ -39,14 +39,14 @@ def _positive_int(value, name: str, meaning: str) -> int:
 
 
 def _token_list(ids) -> list[int]:
-    """Token ids given as a list, a [T] or a [1, T] tensor -> a list of ints."""
+    """Tokens given as a list (ids, or words in the notebook's examples), a [T] or a [1, T] tensor -> a list."""
     if isinstance(ids, Tensor):
         if ids.dim() == 2 and ids.shape[0] == 1:
             ids = ids[0]
         if ids.dim() != 1:
             raise ValueError(f"ids must be [T] or [1, T] token ids, got shape {list(ids.shape)}")
         return ids.tolist()
-    return [int(t) for t in ids]
+    return list(ids)
 
 
 def prompt_lookup(ids, num_tokens: int, max_ngram: int = 3) -> list[int]:
