@@ -139,7 +139,8 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
     window W: Jacobi window width; ngram N: n-gram size (the window keeps N - 1 levels); guesses G: pooled
     n-grams verified per step. Level 0 starts as W prompt tokens drawn with `seed`; until N - 1 levels exist
     no n-gram is collected. prompt_ngrams: also fill the pool with the prompt's own n-grams at the start.
-    Generation.accept_lengths: pooled tokens accepted per pass; draft_lengths: N - 1 when guesses were verified.
+    Generation.accept_lengths: pooled tokens accepted per pass; draft_lengths: N - 1 when guesses were verified
+    (else 0); draft_nodes: guess tokens verified per pass (the window's tokens ride along unverified).
     """
     start = time.perf_counter()
     W, N, G = _check_sizes(window, ngram, guesses)
@@ -193,6 +194,7 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
         gen.target_calls += 1
         gen.accept_lengths.append(accepted)
         gen.draft_lengths.append(N - 1 if cands else 0)
+        gen.draft_nodes.append(len(cands) * (N - 1))  # the window's L*W tokens are computed too, not verified
         if hit is not None:
             break
     gen.tokens = committed[T0:]

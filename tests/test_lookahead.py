@@ -80,7 +80,8 @@ def test_lookahead_settings_stay_exact(tiny, window, ngram, guesses, prompt_ngra
         gen = lookahead_generate(target, ids, 30, window=window, ngram=ngram, guesses=guesses,
                                  prompt_ngrams=prompt_ngrams)
         assert gen.tokens == want, (p["id"], window, ngram, guesses)
-        assert len(gen.accept_lengths) == gen.target_calls
+        assert len(gen.accept_lengths) == len(gen.draft_nodes) == gen.target_calls
+        assert all(n <= guesses * (ngram - 1) for n in gen.draft_nodes)
 
 
 def test_lookahead_budget_and_eos(tiny):
