@@ -98,6 +98,7 @@ def lookahead_layout(pending: int, window: int, levels: int, guesses: int, ngram
     `guesses` n-grams of ngram - 1 tokens (token i at offset t + 1 + i). n = pending + levels*W + guesses*(N-1).
     Window token (l, j) sees level 0 columns 0..j and levels 1..l of column j: consecutive positions, one
     Jacobi trajectory. Guess token i sees its own n-gram's tokens 0..i. All see the pending tokens.
+    Cached per shape: the tensors returned are shared, do not modify them in place.
     """
     P, W, L, G, m = pending, window, levels, guesses, ngram - 1
     n = P + L * W + G * m
