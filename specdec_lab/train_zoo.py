@@ -2,7 +2,8 @@
 
 Everything here runs on a 2-core CPU in well under 90 minutes:
 
-    specdec-lab train-zoo                 # tokenizer, target, distilled draft, model card
+    specdec-lab train-zoo                 # tokenizer, target, distilled draft, Medusa heads, model card
+    specdec-lab train-zoo --stage medusa  # only the Medusa heads, on the shipped target (minutes)
     specdec-lab train-zoo --measure-only  # re-measure the card's figures from the shipped weights
 
 The corpus is the Python standard library of the running interpreter (tests excluded), split by
@@ -41,7 +42,11 @@ class ModelSpec:
 
 
 TARGET = ModelSpec(hidden=256, layers=8, heads=4, mlp=768, tokens=9_000_000, lr=2e-3, batch=16)
-DRAFT = ModelSpec(hidden=192, layers=2, heads=3, mlp=512, tokens=5_000_000, lr=3e-3, batch=16)
+# The draft has the target's width so it can start from the target's own weights (see init_from_teacher).
+DRAFT = ModelSpec(hidden=256, layers=2, heads=4, mlp=768, tokens=6_000_000, lr=2e-3, batch=16)
+# Weights ship in bfloat16 (they were trained under bf16 autocast): half the bytes, which keeps the whole zoo
+# (models, Medusa heads, EAGLE drafts) under 40 MB. load_pair() upcasts them to float32 for exact comparisons.
+SHIP_DTYPE = {"target": torch.bfloat16, "draft": torch.bfloat16}
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -111,6 +116,17 @@ def make_model(spec: ModelSpec, tokenizer):
     return LlamaForCausalLM(cfg)
 
 
+def init_from_teacher(student, teacher) -> None:
+    """Start the draft as the target with its middle layers cut out: the same embedding (tied to the LM
+    head), final norm, first layer and last layer. Distillation then only has to repair the gap, and the
+    draft's output space already matches the target's, which is what agreement measures."""
+    keep = [0, teacher.config.num_hidden_layers - 1][: student.config.num_hidden_layers]
+    student.model.embed_tokens.load_state_dict(teacher.model.embed_tokens.state_dict())
+    student.model.norm.load_state_dict(teacher.model.norm.state_dict())
+    for i, j in enumerate(keep):
+        student.model.layers[i].load_state_dict(teacher.model.layers[j].state_dict())
+
+
 def batch_at(step: int, train_ids: torch.Tensor, batch: int, seed: int) -> torch.Tensor:
     """The training batch of a given step, a pure function of (seed, step) so resuming is exact."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
@@ -145,12 +161,14 @@ def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, t
     With a teacher, the loss is 0.9 KL(teacher || student) + 0.1 cross-entropy: the draft learns the
     target's whole next-token distribution, which is what raises agreement. Matrix products run in
     bfloat16 under autocast (about twice as fast on a CPU with AVX512-BF16); weights, optimizer state
-    and the loss stay in float32, and the saved weights are float32.
+    and the loss stay in float32.
     """
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
     model = make_model(spec, tokenizer)
+    if teacher is not None and teacher.config.hidden_size == spec.hidden:
+        init_from_teacher(model, teacher)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.1)
     steps = spec.tokens // (spec.batch * SEQ_LEN)
     ckpt = work / f"{name}.pt"
@@ -258,15 +276,21 @@ def measure(zoo_dir: Path = ZOO_DIR, n_val: int = 200) -> dict:
     w = val_windows(val_ids)
     idx = torch.linspace(0, len(w) - 1, min(n_val, len(w))).long()
     w = w[idx]
+    # Latencies with one thread, the setting every notebook and benchmark uses: models this small run
+    # fastest on one core, and a second thread stalls whenever anything else on the machine wants a core.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     t_ms, d_ms = decode_step_ms(target), decode_step_ms(draft)
+    torch.set_num_threads(threads)
     return {
         "val_windows": len(w), "val_tokens": int(w.numel()),
         "target_val_loss": round(val_loss(target, w), 4), "draft_val_loss": round(val_loss(draft, w), 4),
         "target_val_loss_slice8": round(val_loss(target, val_windows(val_ids, 8)), 4),
         "draft_val_loss_slice8": round(val_loss(draft, val_windows(val_ids, 8)), 4),
         "greedy_agreement": round(agreement(target, draft, w), 4),
+        "greedy_agreement_slice8": round(agreement(target, draft, val_windows(val_ids, 8)), 4),
         "target_step_ms": round(t_ms, 3), "draft_step_ms": round(d_ms, 3), "c": round(d_ms / t_ms, 3),
-        "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+        "threads": 1, "cpu": platform.processor() or platform.machine(),
         "target_samples": samples(target, tok, SAMPLE_PROMPTS),
     }
 
@@ -300,13 +324,17 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
         f"| training time (this CPU) | {t['target']['seconds'] / 60:.1f} min | {t['draft']['seconds'] / 60:.1f} min |",
         f"| validation loss (nats/token, {f['val_tokens']:,} tokens) | {f['target_val_loss']:.3f} | "
         f"{f['draft_val_loss']:.3f} |",
-        f"| decode step, 1 token at context 128 ({f['threads']} threads) | {f['target_step_ms']:.2f} ms | "
+        f"| decode step, 1 token at context 128 ({f['threads']} CPU thread{'s' if f['threads'] > 1 else ''}) | "
+        f"{f['target_step_ms']:.2f} ms | "
         f"{f['draft_step_ms']:.2f} ms |",
         "",
         f"- Vocabulary: {t['vocab']} byte-level BPE tokens (`{EOS}` ends each file); sequence length {SEQ_LEN}.",
         f"- Training: AdamW, cosine schedule, bfloat16 autocast with float32 weights, {t.get('train_threads', '?')} "
-        f"CPU thread(s), {t['wall_minutes']:.0f} minutes of training for the whole zoo (data preparation included). The draft "
-        "is distilled: 0.9 KL(target || draft) + 0.1 cross-entropy.",
+        f"CPU thread(s), {t['wall_minutes']:.0f} minutes of training for the two models (data preparation included). "
+        "The draft starts as the target with its middle layers cut out (same width; embedding, final norm, first "
+        "and last layer copied) and is distilled: 0.9 KL(target || draft) + 0.1 cross-entropy.",
+        "- Weights are stored in bfloat16 (half the bytes); `zoo.load_pair('tiny')` loads them as float32, and all "
+        "figures here are measured that way.",
         f"- Greedy next-token agreement of draft with target on validation: **{f['greedy_agreement']:.3f}**.",
         f"- Cost ratio c = draft step / target step on this machine: **{f['c']:.3f}**.",
         "",
@@ -318,8 +346,49 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
     (zoo_dir / "README.md").write_text("\n".join(lines))
 
 
-def main(work: Path, measure_only: bool = False, train_only: bool = False, threads: int = 1) -> None:
+# ----------------------------------------------------------------------------- medusa heads
+MEDUSA = {"heads": 4, "windows": 1200, "seq_len": 256, "steps": 400, "batch": 8, "lr": 1e-3, "val_windows": 64}
+
+
+def train_medusa(zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
+    """Medusa-1 heads on the frozen zoo target, self-distilled; saved to zoo_dir/medusa. Minutes on a CPU.
+
+    The target reads 1200 random training windows once (its last hidden states are cached in bf16), then
+    only the heads train. Labels are the target's own greedy predictions (see medusa.self_labels); the
+    card also records each head's accuracy against the raw text.
+    """
+    from specdec_lab import medusa, zoo
+
+    cfg = dict(MEDUSA, steps=steps or MEDUSA["steps"])
+    t0 = time.time()
+    target, _, tok = zoo.load_pair(str(zoo_dir))
+    train_files, val_files = corpus_files()
+    train_ids = token_stream(read_texts(train_files), tok)
+    g = torch.Generator().manual_seed(3)
+    starts = torch.randint(0, len(train_ids) - cfg["seq_len"], (cfg["windows"],), generator=g).tolist()
+    x = torch.stack([train_ids[s: s + cfg["seq_len"]] for s in starts])  # [N, T]
+    val = val_windows(token_stream(read_texts(val_files), tok))[: cfg["val_windows"], : cfg["seq_len"]]
+    hidden, best = medusa.cache_hidden(target, x)  # [N, T, H] bf16, [N, T]
+    print(f"medusa: cached the target's hidden states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
+    heads = medusa.MedusaHeads.for_target(target, cfg["heads"])
+    log = medusa.train_heads(heads, hidden, medusa.self_labels(x, best), cfg["steps"], cfg["batch"], cfg["lr"])
+    v_hidden, v_best = medusa.cache_hidden(target, val)
+    card = {"config": cfg, "lm_head": "the target's, shared and frozen", "labels": "self-distilled",
+            "log": log, "seconds": round(time.time() - t0, 1),
+            "val_accuracy_vs_target": medusa.head_accuracy(heads, v_hidden, medusa.self_labels(val, v_best)),
+            "val_accuracy_vs_text": medusa.head_accuracy(heads, v_hidden, val)}
+    heads.save(zoo_dir / "medusa", meta=card)
+    print(json.dumps({k: card[k] for k in ("seconds", "val_accuracy_vs_target", "val_accuracy_vs_text")}))
+    return card
+
+
+def main(work: Path, measure_only: bool = False, train_only: bool = False, threads: int = 1,
+         stage: str = "all") -> None:
     zoo_dir = ZOO_DIR
+    if stage == "medusa":
+        torch.set_num_threads(threads)
+        train_medusa(zoo_dir)
+        return
     if not measure_only:
         # One thread: as fast as two here with bf16, and immune to stalls when other work takes a core.
         default_threads = torch.get_num_threads()
@@ -343,7 +412,7 @@ def main(work: Path, measure_only: bool = False, train_only: bool = False, threa
             p.requires_grad_(False)
         draft, d_state = train("draft", DRAFT, tok, train_ids, val_w, work, teacher=target, seed=1)
         for name, model in [("target", target), ("draft", draft)]:
-            model.save_pretrained(zoo_dir / name, safe_serialization=True)
+            model.to(SHIP_DTYPE[name]).save_pretrained(zoo_dir / name, safe_serialization=True)
             tok.save_pretrained(zoo_dir / name)
         training = {
             "python": platform.python_version(), "train_files": len(train_files), "val_files": len(val_files),
@@ -357,6 +426,8 @@ def main(work: Path, measure_only: bool = False, train_only: bool = False, threa
                       "seconds": round(d_state["seconds"], 1), "log": d_state["log"]},
         }
         (zoo_dir / "card.json").write_text(json.dumps({"figures": None, "training": training}, indent=2) + "\n")
+        if stage == "all":
+            train_medusa(zoo_dir)  # the heads of chapter 05, on the target just saved
         torch.set_num_threads(default_threads)  # latencies are measured with the default thread count
         if train_only:
             return

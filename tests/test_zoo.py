@@ -25,8 +25,8 @@ def val_ids(pair):
 
 
 def test_weights_ship_inside_the_package_under_40_mb():
-    files = list(TINY.rglob("*.safetensors"))
-    assert {f.parent.name for f in files} == {"target", "draft"}
+    files = list(TINY.rglob("*.safetensors"))  # target, draft, and the drafters trained for them
+    assert {"target", "draft"} <= {f.parent.name for f in files}
     total = sum(f.stat().st_size for f in files)
     assert total < 40e6, f"shipped weights are {total / 1e6:.1f} MB; the budget is 40 MB"
 
@@ -43,7 +43,9 @@ def test_pair_shares_a_tokenizer_and_is_ready(pair):
     assert target.config.vocab_size == draft.config.vocab_size == len(tok)
     assert not target.training and not draft.training
     assert target.dtype == draft.dtype == torch.float32
-    assert sum(p.numel() for p in draft.parameters()) < sum(p.numel() for p in target.parameters()) / 4
+    # the draft is a quarter of the target's depth and shares its width (the card measures the cost ratio c)
+    assert draft.config.num_hidden_layers * 4 <= target.config.num_hidden_layers
+    assert sum(p.numel() for p in draft.parameters()) < sum(p.numel() for p in target.parameters()) / 2
 
 
 @pytest.mark.parametrize("which", ["target", "draft"])
@@ -62,10 +64,12 @@ def test_card_cost_ratio_lets_chain_speculation_win():
     assert f["target_val_loss"] < f["draft_val_loss"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 3 is open on this point: the shipped pair agrees on 0.576 of "
-                   "validation positions, short of the 0.6 target; retraining the draft is the next step")
-def test_card_agreement_reaches_the_target():
-    assert CARD["figures"]["greedy_agreement"] >= 0.6
+def test_card_agreement_reaches_the_target(pair, val_ids):
+    assert CARD["figures"]["greedy_agreement"] >= 0.6, "the draft must agree with the target on >= 0.6"
+    got = train_zoo.agreement(pair[0], pair[1], train_zoo.val_windows(val_ids, 8))
+    recorded = CARD["figures"]["greedy_agreement_slice8"]
+    assert abs(got - recorded) < 0.01, (f"agreement on the 8-window slice is {got:.4f}, the card records "
+                                        f"{recorded:.4f}: re-run `specdec-lab train-zoo --measure-only`")
 
 
 def test_offline_hub_name_gives_a_clear_error(monkeypatch):
