@@ -47,8 +47,9 @@ def main(argv=None) -> int:
     tz.add_argument("--measure-only", action="store_true", help="re-measure the card's figures, no training")
     tz.add_argument("--train-only", action="store_true", help="train and save the weights, skip measuring")
     tz.add_argument("--threads", type=int, default=1, help="CPU threads for training (default 1)")
-    tz.add_argument("--stage", choices=["all", "models", "medusa"], default="all",
-                    help="all (default); models: tokenizer, target, draft; medusa: only the Medusa heads")
+    tz.add_argument("--stage", choices=["all", "models", "medusa", "eagle"], default="all",
+                    help="all (default); models: tokenizer, target, draft; medusa: only the Medusa heads; "
+                         "eagle: only the EAGLE-1 and EAGLE-3 drafts")
     bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
     from specdec_lab import bench as bench_module
 

@@ -128,9 +128,11 @@ class DraftLayer(nn.Module):
 
 
 def fuse_layers(num_layers: int) -> tuple[int, int, int]:
-    """EAGLE-3's low, middle and high layer for a target of `num_layers` layers, as hidden-state indices
-    (HF's hidden_states[i] = output of layer i): (2, 4, 7) for the 8-layer zoo target."""
-    return (max(1, round(num_layers / 4)), max(1, num_layers // 2), max(1, num_layers - 1))
+    """EAGLE-3's low, middle and high layer for a target of `num_layers` layers, as indices into HF's
+    hidden_states (i = output of layer i; num_layers = the last, after the final norm): (2, 4, 8) for the
+    8-layer zoo target. The high one is the last state itself: on a model this shallow the final layer
+    still adds much of what the LM head reads (EAGLE-3 takes L - 3 on deep models)."""
+    return (max(1, round(num_layers / 4)), max(1, num_layers // 2), num_layers)
 
 
 class EagleNet(nn.Module):

@@ -4,6 +4,7 @@ Everything here runs on a 2-core CPU in well under 90 minutes:
 
     specdec-lab train-zoo                 # tokenizer, target, distilled draft, Medusa heads, model card
     specdec-lab train-zoo --stage medusa  # only the Medusa heads, on the shipped target (minutes)
+    specdec-lab train-zoo --stage eagle   # only the EAGLE-1 and EAGLE-3 drafts, on the shipped target
     specdec-lab train-zoo --measure-only  # re-measure the card's figures from the shipped weights
 
 The corpus is the Python standard library of the running interpreter (tests excluded), split by
@@ -382,12 +383,62 @@ def train_medusa(zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
     return card
 
 
+# ----------------------------------------------------------------------------- EAGLE drafts
+# The same data budget for both versions: the same windows, steps and batch. EAGLE-1 adds noise of std 0.1 to
+# its input features (they have an RMS of about 1.6); EAGLE-3 unrolls 3 training-time-test steps instead.
+EAGLE = {"windows": 800, "seq_len": 256, "steps": 1200, "batch": 8, "lr": 3e-3, "heads": 4, "mlp": 512,
+         "val_windows": 48, "noise": {1: 0.1, 3: 0.0}, "ttt_steps": {1: 1, 3: 3}}
+
+
+def train_eagle(zoo_dir: Path = ZOO_DIR, version: int = 1, steps: int | None = None) -> dict:
+    """An EAGLE-1 or EAGLE-3 draft for the frozen zoo target, self-distilled; saved to zoo_dir/eagle{version}.
+
+    Both versions read the same cached target states of the same training windows for the same number of
+    steps (the same data budget): EAGLE-1 the last hidden state, with feature regression + 0.1 token CE;
+    EAGLE-3 three fused layers, token CE only, unrolled over 3 training-time-test steps.
+    """
+    from specdec_lab import eagle, zoo
+
+    if version not in (1, 3):
+        raise ValueError(f"version must be 1 or 3, got {version!r}")
+    cfg = dict(EAGLE, steps=steps or EAGLE["steps"], noise=EAGLE["noise"][version],
+               ttt_steps=EAGLE["ttt_steps"][version])
+    t0 = time.time()
+    target, _, tok = zoo.load_pair(str(zoo_dir))
+    net = eagle.EagleNet(target, version, cfg["heads"], cfg["mlp"])
+    train_files, val_files = corpus_files()
+    train_ids = token_stream(read_texts(train_files), tok)
+    g = torch.Generator().manual_seed(5)
+    starts = torch.randint(0, len(train_ids) - cfg["seq_len"], (cfg["windows"],), generator=g).tolist()
+    x = torch.stack([train_ids[s: s + cfg["seq_len"]] for s in starts])  # [N, T]
+    val = val_windows(token_stream(read_texts(val_files), tok))[: cfg["val_windows"], : cfg["seq_len"]]
+    states, best = eagle.cache_states(target, x, net.layers)  # [N, T, S, H] bf16, [N, T]
+    print(f"eagle-{version}: cached the target's states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
+    t1 = time.time()
+    log = eagle.train_eagle_net(net, states, x, best, cfg["steps"], cfg["batch"], cfg["lr"], cfg["ttt_steps"],
+                                cfg["noise"])
+    train_seconds, seconds = round(time.time() - t1, 1), round(time.time() - t0, 1)
+    v_states, v_best = eagle.cache_states(target, val, net.layers)
+    card = {"config": cfg, "embedding_and_lm_head": "the target's, frozen", "labels": "self-distilled",
+            "log": log, "seconds": seconds, "train_seconds": train_seconds, "threads": torch.get_num_threads(),
+            "val_accuracy_vs_target": [round(a, 4) for a in eagle.eagle_accuracy(net, v_states, val, v_best)]}
+    del states
+    net.save(zoo_dir / f"eagle{version}", meta=card)
+    print(json.dumps({k: card[k] for k in ("seconds", "train_seconds", "val_accuracy_vs_target")}))
+    return card
+
+
 def main(work: Path, measure_only: bool = False, train_only: bool = False, threads: int = 1,
          stage: str = "all") -> None:
     zoo_dir = ZOO_DIR
     if stage == "medusa":
         torch.set_num_threads(threads)
         train_medusa(zoo_dir)
+        return
+    if stage == "eagle":
+        torch.set_num_threads(threads)
+        for version in (1, 3):
+            train_eagle(zoo_dir, version)
         return
     if not measure_only:
         # One thread: as fast as two here with bf16, and immune to stalls when other work takes a core.
@@ -428,6 +479,8 @@ def main(work: Path, measure_only: bool = False, train_only: bool = False, threa
         (zoo_dir / "card.json").write_text(json.dumps({"figures": None, "training": training}, indent=2) + "\n")
         if stage == "all":
             train_medusa(zoo_dir)  # the heads of chapter 05, on the target just saved
+            for version in (1, 3):  # the EAGLE drafts of chapter 06, likewise
+                train_eagle(zoo_dir, version)
         torch.set_num_threads(default_threads)  # latencies are measured with the default thread count
         if train_only:
             return

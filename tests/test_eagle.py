@@ -100,7 +100,7 @@ def test_cached_states_give_the_live_features():
     _, hidden = lm.forward(deep, x, hidden=True)
     for version in (1, 3):
         net = _net(deep, version, seed=9, scale=0.2)
-        assert net.layers == ((2, 4, 7) if version == 3 else ())
+        assert net.layers == ((2, 4, 8) if version == 3 else ())
         states, best = cache_states(deep, x, net.layers)
         with torch.no_grad():
             live = net.true_feature([h.to(torch.bfloat16).float() for h in hidden])  # the cache stores bf16
