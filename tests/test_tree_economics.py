@@ -135,3 +135,50 @@ def test_measure_tree_reports_tau_beside_the_prediction(pair):
     assert m["nodes_per_pass"] <= tree_nodes([2, 2, 1]) == 10
     perfect = widgets.measure_tree(target, target, ids, [2, 1], max_new_tokens=24)
     assert perfect["predicted_tau"] == 3 and perfect["measured_tau"] == pytest.approx(24 / math.ceil(24 / 3))
+
+
+# ---- notebook 04 derives the same functions as the library ----------------------------------------------
+
+
+def _notebook_functions(names):
+    """The functions `names` as notebooks/04 defines them (only their `def` blocks are run)."""
+    import ast
+    import random
+    from pathlib import Path
+
+    import nbformat
+
+    from specdec_lab.sampling import residual
+
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "04_tree_attention.ipynb", as_version=4)
+    ns = {"torch": torch, "random": random, "residual": residual, "tree": tree}
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell.source.startswith("# Setup"):
+            continue
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, ast.FunctionDef) and node.name in names:
+                exec(compile(ast.Module([node], []), "notebooks/04", "exec"), ns)
+    missing = set(names) - set(ns)
+    assert not missing, f"notebooks/04 no longer defines {missing}"
+    return ns
+
+
+def test_notebook_derivations_agree_with_the_library():
+    from specdec_lab import grading
+
+    ns = _notebook_functions({"mask_from_parents", "positions_from_parents", "greedy_walk", "two_candidates"})
+    g = torch.Generator().manual_seed(3)
+    for n in range(1, 30):
+        parents = grading._random_tree(n, g)
+        assert torch.equal(ns["mask_from_parents"](parents), tree.tree_mask(parents))
+        assert torch.equal(ns["positions_from_parents"](parents, 9), tree.tree_positions(parents, 9))
+        rooted = [-1] + [p + 1 for p in parents]
+        tokens, logits = grading._greedy_tree_case(rooted, g)
+        assert ns["greedy_walk"](rooted, tokens, logits) == tree.verify_tree_greedy(rooted, tokens, logits)
+    p, q = torch.tensor(grading.MULTI_P), torch.tensor(grading.MULTI_Q)
+    exact = torch.bincount(ns["two_candidates"](p, q, 50_000, True, g), minlength=5)
+    naive = torch.bincount(ns["two_candidates"](p, q, 50_000, False, g), minlength=5)
+    assert grading.chi_square(exact, p)[1] > 1e-3, "the notebook's multi-round rule should follow p"
+    assert grading.chi_square(naive, p)[1] < 1e-6, "the notebook's naive rule should be visibly biased"
+    assert grading.chi_square(naive, grading._two_round_outcomes(p, q)["naive"])[1] > 1e-3, (
+        "the naive rule's frequencies should match its exact distribution")
