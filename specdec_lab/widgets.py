@@ -286,7 +286,8 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
         button, result = w.Button(description="run the real pair"), w.HTML()
 
         def run(_=None):
-            ids = tok(prompts[choice.value]["prompt"], return_tensors="pt").input_ids
+            device = next(target.parameters()).device
+            ids = tok(prompts[choice.value]["prompt"], return_tensors="pt").input_ids.to(device)  # [1, T]
             m = measure_tree(target, draft, ids, shape(), max_new_tokens, tok.eos_token_id)
             hits = ", ".join(f"{h:.2f}" for h in m["hit"])
             result.value = (f"{prompts[choice.value]['id']}, tree {m['branching']}: measured τ <b>"

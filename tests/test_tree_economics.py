@@ -182,3 +182,26 @@ def test_notebook_derivations_agree_with_the_library():
     assert grading.chi_square(naive, p)[1] < 1e-6, "the notebook's naive rule should be visibly biased"
     assert grading.chi_square(naive, grading._two_round_outcomes(p, q)["naive"])[1] > 1e-3, (
         "the naive rule's frequencies should match its exact distribution")
+
+
+def test_tree_explorer_runs_the_real_pair_on_a_prompt(pair):
+    class Ids:  # what a tokenizer call returns, for prompts made of numbers
+        def __init__(self, text):
+            self.input_ids = torch.tensor([[int(t) for t in text.split()]])
+
+    class Tokenizer:
+        eos_token_id = None
+
+        def __call__(self, text, return_tensors=None):
+            return Ids(text)
+
+    target, noisy = pair
+    prompts = [{"id": "a", "prompt": "3 14 15 92 65 35"}, {"id": "b", "prompt": "27 18 28 18 28 45 90"}]
+    box = widgets.tree_explorer(pair=(target, noisy, Tokenizer()), prompts=prompts, max_new_tokens=12)
+    (choice, button), result = box.children[4].children, box.children[5]
+    choice.value = 1
+    button.click()
+    m = widgets.measure_tree(target, noisy, Ids(prompts[1]["prompt"]).input_ids, [2, 2, 1, 1], 12)
+    assert f"measured τ <b>{m['measured_tau']:.2f}</b>, predicted <b>{m['predicted_tau']:.2f}</b>" in result.value
+    assert "identical to greedy: True" in result.value
+    plt.close("all")
