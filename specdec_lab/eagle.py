@@ -419,14 +419,14 @@ class EagleDrafter(Drafter):
 
     branching: static tree shape ([1] * γ = a chain; default [1, 1, 1, 1]). dynamic=True: EAGLE-2 with
     `topk` children per expanded node and `topk` nodes kept per level, `depth` levels, and the best `budget`
-    nodes overall by cumulative draft log-probability. The defaults (top-3, 8 levels, 24 nodes: the size of
+    nodes overall by cumulative draft log-probability. The defaults (top-4, 8 levels, 24 nodes: the size of
     Medusa's tree in chapter 05) gave the zoo draft the highest τ of the settings notebook 06 tries.
     """
 
     needs_hidden = True
 
     def __init__(self, net: EagleNet, branching: Sequence[int] | None = None, dynamic: bool = False,
-                 topk: int = 3, depth: int = 8, budget: int = 24):
+                 topk: int = 4, depth: int = 8, budget: int = 24):
         if dynamic and branching is not None:
             raise ValueError("pass branching (a static tree) or dynamic=True (EAGLE-2's tree), not both")
         self.net, self.dynamic = net, dynamic
