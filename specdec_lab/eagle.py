@@ -114,7 +114,8 @@ class DraftLayer(nn.Module):
         """x [B, n, H] at positions [n]; mask bool [n, L + n] (True = may attend; None = causal) over the L
         cached positions then the n new ones. The new keys/values are appended to `cache`."""
         B, n, H = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(B, n, 3, self.heads, self.d).permute(2, 0, 3, 1, 4)  # 3 x [B, h, n, d]
+        qkv = self.qkv(self.attn_norm(x)).view(B, n, 3, self.heads, self.d)  # [B, n, 3, h, d]
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x [B, h, n, d]
         q, k = rope(q, positions), rope(k, positions)
         if cache is not None:
             k, v = cache.append(k, v)  # [B, h, L + n, d]
@@ -339,7 +340,8 @@ def train_eagle_net(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, st
 
 
 @torch.no_grad()
-def eagle_accuracy(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, depth: int = 3, batch: int = 8) -> list[float]:
+def eagle_accuracy(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, depth: int = 3,
+                   batch: int = 8) -> list[float]:
     """Top-1 agreement with the target's greedy choice when drafting 1..depth tokens ahead of true features.
 
     Entry i: the unrolled step i (the draft reading its own features i times) against labels; entry 0 is
