@@ -1,8 +1,11 @@
 """Train the embedded model zoo: a byte-level BPE tokenizer, a target and a draft model.
 
-Everything here runs on a 2-core CPU in well under 90 minutes:
+On a 2-core CPU with one training thread the tokenizer, target and draft take under 90 minutes (the card
+records 88 min, on a machine shared with other jobs), the Medusa heads about 5 more and the two EAGLE drafts
+about 13 more:
 
-    specdec-lab train-zoo                 # tokenizer, target, distilled draft, Medusa heads, model card
+    specdec-lab train-zoo                 # tokenizer, target, distilled draft, Medusa, EAGLE, model card
+    specdec-lab train-zoo --stage models  # only the tokenizer, target and draft
     specdec-lab train-zoo --stage medusa  # only the Medusa heads, on the shipped target (minutes)
     specdec-lab train-zoo --stage eagle   # only the EAGLE-1 and EAGLE-3 drafts, on the shipped target
     specdec-lab train-zoo --measure-only  # re-measure the card's figures from the shipped weights
