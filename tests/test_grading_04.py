@@ -26,11 +26,11 @@ def _mask_positions(mask_kind="ancestors", position_kind="depth"):
         depth, mask = [], torch.zeros(n, n, dtype=torch.bool)
         for i, p in enumerate(parents):
             depth.append(0 if p == -1 else depth[p] + 1)
-            j = i
-            while j != -1:
-                mask[i, j] = True
-                j = parents[j]
-                if mask_kind == "parent" and j != -1 and j != parents[i]:
+            node = i
+            while node >= 0:  # climb from the node to the root, marking each one
+                mask[i, node] = True
+                node = parents[node]
+                if mask_kind == "parent" and node >= 0 and node != parents[i]:
                     break
         if mask_kind == "transposed":
             mask = mask.T

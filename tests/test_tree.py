@@ -43,16 +43,13 @@ def _random_parents(n, g):
 
 
 def test_mask_depths_positions():
-    parents = [-1, 0, 0, 1, 1, 2]  # seed 004's small tree, without its root
-    assert tree_depths(parents) == [0, 1, 1, 2, 2, 2]
-    assert tree_positions(parents, offset=10).tolist() == [10, 11, 11, 12, 12, 12]
-    want = torch.tensor([[1, 0, 0, 0, 0, 0],
-                         [1, 1, 0, 0, 0, 0],
-                         [1, 0, 1, 0, 0, 0],
-                         [1, 1, 0, 1, 0, 0],
-                         [1, 1, 0, 0, 1, 0],
-                         [1, 0, 1, 0, 0, 1]], dtype=torch.bool)
-    assert torch.equal(tree_mask(parents), want)
+    parents = [-1, 0, -1, 1, 2, 2]  # two roots' children: 0 -> 1 -> 3 and 2 -> {4, 5}
+    assert tree_depths(parents) == [0, 1, 0, 2, 1, 1]
+    assert tree_positions(parents, offset=10).tolist() == [10, 11, 10, 12, 11, 11]
+    sees = {0: {0}, 1: {0, 1}, 2: {2}, 3: {0, 1, 3}, 4: {2, 4}, 5: {2, 5}}  # each node: itself and its ancestors
+    mask = tree_mask(parents)
+    for i, want in sees.items():
+        assert set(mask[i].nonzero()[:, 0].tolist()) == want, f"row {i} of the tree mask"
 
 
 def test_static_shapes():
