@@ -27,15 +27,6 @@ RUNS = 3000  # seeded runs per sampling setting
 VOCAB = 300
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is faster, and kinder to whatever else runs on the machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _llama(vocab=VOCAB, hidden=64, layers=2, seed=0, context=128, init=0.2):
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,

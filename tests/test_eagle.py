@@ -15,14 +15,6 @@ from specdec_lab.tree import tree_depths
 ZOO = all((EAGLE_DIR / f"eagle{v}" / "eagle.safetensors").exists() for v in (1, 3))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def target():
     return _llama(layers=3, seed=0)

@@ -7,14 +7,6 @@ import torch
 from specdec_lab import grading, lm
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _lengths(target_offset=0, lag=True):
     def cache_lengths_after(committed, gamma, accepted):
         keep = committed + accepted + target_offset

@@ -9,14 +9,6 @@ from specdec_lab.economics import QWEN25_7B_ON_H100 as GPU
 from specdec_lab.sampling import residual
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 # ---- exercise 1: mask and positions ------------------------------------------------------------------
 
 

@@ -6,14 +6,6 @@ from specdec_lab import grading
 from specdec_lab.eagle import KVCache, expand_step, ttt_mask, unroll
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _forward(order="embed first", layer=True, head="out"):
     def eagle_forward(net, feature, tokens):
         e = net._embed(tokens)

@@ -7,14 +7,6 @@ import torch
 from specdec_lab import grading, lm
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _ngram(first=False, search_from_end=False, include_match=False, pad=True, q_shape="row"):
     def ngram_draft(prefix_ids, gamma, vocab_size):
         seq = prefix_ids[0].tolist()

@@ -29,15 +29,6 @@ def _config(arch: str):
                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one thread is ~5x faster than two on a busy 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module", params=[(a, i) for a in ("llama", "gpt2") for i in ("eager", "sdpa")],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def model(request):

@@ -8,14 +8,6 @@ from specdec_lab.lookahead import jacobi_decode, jacobi_iteration, lookahead_gen
 from specdec_lab.prompts import load_prompts
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tiny():
     target, _, tok = zoo.load_pair("tiny", device="cpu")

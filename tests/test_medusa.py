@@ -14,14 +14,6 @@ from specdec_lab.tree import choices_parents, verify_tree_typical
 ZOO = (MEDUSA_DIR / "heads.safetensors").exists()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def target():
     return _llama(layers=3, seed=0)

@@ -12,14 +12,6 @@ from specdec_lab.ngram import NgramPool, PromptLookupDrafter, ngram_table, promp
 from specdec_lab.prompts import load_prompts
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def reference_lookup(seq, num_tokens, max_ngram):
     """Straight from the definition: longest suffix first, latest earlier start first."""
     for n in range(max_ngram, 0, -1):

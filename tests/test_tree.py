@@ -13,14 +13,6 @@ from specdec_lab.tree import (DraftTree, branching_parents, choices_parents, com
 TOL = 1e-4  # fp32: a node's logits in the tree vs its path computed alone
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def pair():
     target = _llama(layers=3, seed=0)
