@@ -1,24 +1,30 @@
-"""Side-by-side benchmark on the held-out prompt suite (greedy, batch 1): `specdec-lab bench --method draft`.
+"""Side-by-side benchmarks on the held-out prompt suite (batch 1): `specdec-lab bench`.
+
+`specdec-lab bench` (chapter 08's showdown) runs every method of the course, plus Hugging Face's assisted
+generation and prompt lookup, on the same models and prompts, greedy and at temperature 0.7, and reports
+per prompt category τ (tokens per target pass), target passes, tokens per second, the speedup over plain
+decoding measured in the same run, and on how many prompts the greedy output equals plain decoding's token
+for token. `specdec-lab bench --method draft` is chapter 03's narrower table (draft model against HF).
 
 Every method decodes the same prompts with the same max_new_tokens and EOS. Methods run interleaved, prompt
 by prompt (so a slow spell on a shared machine hits all of them alike), after a warm-up on the first
-prompt. Each row reports τ (tokens per target pass), the target passes, tokens per second, the speedup over
-the first row (plain decoding with this package's loop), and on how many prompts the output equals the
-first row's token for token. Hugging Face's passes are counted with a forward hook on the target.
+prompt. Hugging Face's passes are counted with a forward hook on the target. When sampling, torch's global
+generator is seeded per prompt, so a run repeats exactly.
 
-Used by notebooks/03_draft_target.ipynb and by the command line.
+Used by notebooks/03_draft_target.ipynb, 06_eagle.ipynb, 08_showdown.ipynb and by the command line.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Row", "run", "draft_methods", "format_table", "count_calls", "METHODS"]
+__all__ = ["Row", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods", "showdown",
+           "format_showdown", "save_results"]
 
 
 @dataclass
@@ -31,7 +37,9 @@ class Row:
     seconds: float = 0.0
     same: int = 0  # prompts whose output equals the reference row's
     prompts: int = 0
-    outputs: list[list[int]] = field(default_factory=list, repr=False)
+    outputs: list[list[int]] = field(default_factory=list, repr=False)  # per prompt: the new tokens
+    calls_each: list[int] = field(default_factory=list, repr=False)  # per prompt: target passes
+    seconds_each: list[float] = field(default_factory=list, repr=False)  # per prompt: wall clock
 
     @property
     def tau(self) -> float:
@@ -96,29 +104,40 @@ def draft_methods(target, draft, max_new_tokens: int = 64, gamma: int = 3, eos_t
 
 
 def run(target, methods: dict[str, Method], prompts: list[torch.Tensor], warmup: int = 2,
-        progress: bool = False) -> list[Row]:
-    """Time every method on every prompt (interleaved); the first method is the reference for `same`."""
+        progress: bool | str = False, seed: int | None = None) -> list[Row]:
+    """Time every method on every prompt (interleaved); the first method is the reference for `same`.
+
+    seed: when sampling, torch.manual_seed(seed + i) before every method's run on prompt i.
+    progress: a progress bar (tqdm, on stderr); a string is its label.
+    """
+    from tqdm.auto import tqdm
+
     rows = {name: Row(name) for name in methods}
+    bar = tqdm(total=len(prompts) * len(methods), desc=progress if isinstance(progress, str) else "bench",
+               disable=not progress, leave=True)
     with torch.inference_mode():
         for _ in range(warmup):
             for method in methods.values():
                 method(prompts[0])
         for i, ids in enumerate(prompts):
             for name, method in methods.items():
+                if seed is not None:
+                    torch.manual_seed(seed + i)
                 with count_calls(target) as calls:
                     start = time.perf_counter()
                     tokens, passes = method(ids)
                     seconds = time.perf_counter() - start
                 row = rows[name]
+                passes = passes if passes is not None else len(calls)
                 row.tokens += len(tokens)
-                row.target_calls += passes if passes is not None else len(calls)
+                row.target_calls += passes
                 row.seconds += seconds
                 row.prompts += 1
                 row.outputs.append(tokens)
-            if progress:
-                print(f"\rprompt {i + 1}/{len(prompts)}", end="", flush=True)
-    if progress:
-        print()
+                row.calls_each.append(passes)
+                row.seconds_each.append(seconds)
+                bar.update()
+    bar.close()
     rows = list(rows.values())
     for row in rows:
         row.same = sum(a == b for a, b in zip(row.outputs, rows[0].outputs))
@@ -148,8 +167,8 @@ def suite_prompts(tokenizer, category: str | None = None, limit: int | None = No
 def bench_draft(args) -> int:
     from specdec_lab import zoo
 
-    target, draft, tok = zoo.load_pair(args.pair, device="cpu")
-    prompts = suite_prompts(tok, args.category, args.limit)
+    target, draft, tok = zoo.load_pair(args.pair, device=args.device)
+    prompts = [ids.to(target.device) for ids in suite_prompts(tok, args.category, args.limit)]
     methods = draft_methods(target, draft, args.max_new_tokens, args.gamma, tok.eos_token_id, naive=args.naive)
     print(f"pair {args.pair!r}, {len(prompts)} prompts, greedy, max_new_tokens={args.max_new_tokens}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}")
@@ -163,13 +182,213 @@ def bench_draft(args) -> int:
     return 0 if all(r.same == r.prompts for r in rows) else 1
 
 
-# `specdec-lab bench --method NAME` runs METHODS[NAME](args); later chapters add their methods here.
-METHODS = {"draft": bench_draft}
+# ---- chapter 08: the showdown ------------------------------------------------------------------------
+
+TEMPERATURES = (0.0, 0.7)
+CATEGORIES = ("code", "edit", "doc")
+
+
+def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
+                     gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1), zoo_drafters: bool = True
+                     ) -> dict[str, Method | str]:
+    """Every method of the course at one temperature: {name: method, or a string saying why it cannot run}.
+
+    The settings are the ones the chapters found best for the zoo pair: draft chain γ=3 (03), tree [2, 2, 1, 1]
+    (04), Medusa's 24-node tree (05), EAGLE-1 chain γ=4 and EAGLE-2's dynamic tree for EAGLE-2 and -3 (06),
+    prompt lookup (10 tokens, n-grams up to 3) and lookahead W=4, N=4, G=4 (07). zoo_drafters=False (a pair
+    other than the zoo's) leaves out Medusa and EAGLE, whose heads were trained for the zoo target only.
+    """
+    from specdec_lab import lm
+    from specdec_lab.decoding import generate
+    from specdec_lab.drafters import DraftModelDrafter
+    from specdec_lab.lookahead import lookahead_generate
+    from specdec_lab.ngram import PromptLookupDrafter
+
+    n, eos, T = max_new_tokens, eos_token_id, temperature
+
+    def ours(make):
+        def call(ids):
+            gen = generate(target, ids, make(), max_new_tokens=n, temperature=T, eos_token_id=eos)
+            return gen.tokens, gen.target_calls
+        return call
+
+    def hf(**kw):
+        return lambda ids: (lm.hf_generate(target, ids, n, eos_token_id=eos, temperature=T, **kw).tolist(), None)
+
+    methods: dict[str, Method | str] = {
+        "target only": ours(lambda: None),
+        f"draft model, chain γ={gamma}": ours(lambda: DraftModelDrafter(draft, gamma)),
+        f"draft model, tree {list(branching)}": ours(lambda: DraftModelDrafter(draft, branching=list(branching))),
+    }
+    names = ["Medusa, 24-node tree", "EAGLE-1, chain γ=4", "EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree"]
+    if zoo_drafters:
+        from specdec_lab.eagle import EagleDrafter, EagleNet
+        from specdec_lab.medusa import MedusaDrafter, MedusaHeads
+
+        heads, net1, net3 = MedusaHeads.from_zoo(target), EagleNet.from_zoo(target, 1), EagleNet.from_zoo(target, 3)
+        methods[names[0]] = ours(lambda: MedusaDrafter(heads))
+        methods[names[1]] = ours(lambda: EagleDrafter(net1, [1, 1, 1, 1]))
+        methods[names[2]] = ours(lambda: EagleDrafter(net1, dynamic=True))
+        methods[names[3]] = ours(lambda: EagleDrafter(net3, dynamic=True))
+    else:
+        for name in names:
+            methods[name] = "its heads were trained for the zoo target only (train your own: notebooks 05, 06)"
+    methods["prompt lookup (10, 3)"] = ours(lambda: PromptLookupDrafter(10, 3))
+    if T == 0:
+        def lookahead(ids):
+            gen = lookahead_generate(target, ids, n, eos_token_id=eos, window=4, ngram=4, guesses=4)
+            return gen.tokens, gen.target_calls
+        methods["lookahead (4, 4, 4)"] = lookahead
+    else:
+        methods["lookahead (4, 4, 4)"] = "greedy only (its Jacobi window and n-gram check compare argmaxes)"
+    methods[f"HF assisted, γ={gamma}"] = hf(assistant=draft, num_assistant_tokens=gamma)
+    methods["HF prompt lookup, 10"] = hf(prompt_lookup_num_tokens=10)
+    return methods
+
+
+def _subset(row: Row, indices: Sequence[int]) -> Row:
+    """The row restricted to some prompts (a category)."""
+    sub = Row(row.method)
+    for i in indices:
+        sub.tokens += len(row.outputs[i])
+        sub.target_calls += row.calls_each[i]
+        sub.seconds += row.seconds_each[i]
+        sub.prompts += 1
+        sub.outputs.append(row.outputs[i])
+    return sub
+
+
+def _result(temperature: float, category: str, row: Row, base: Row) -> dict:
+    """One line of the showdown: `row` against plain decoding's `base` on the same prompts."""
+    same = sum(a == b for a, b in zip(row.outputs, base.outputs))
+    return dict(temperature=temperature, method=row.method, category=category, prompts=row.prompts,
+                tokens=row.tokens, target_calls=row.target_calls, seconds=round(row.seconds, 4),
+                tau=round(row.tau, 4), tokens_per_s=round(row.tokens_per_second, 2),
+                speedup=round(row.tokens_per_second / base.tokens_per_second, 4),
+                identical=same if temperature == 0 else None, skipped=None)
+
+
+def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temperatures: Sequence[float] = TEMPERATURES,
+             max_new_tokens: int = 64, zoo_drafters: bool = True, progress: bool = False, **settings) -> list[dict]:
+    """Run `showdown_methods` on the prompt suite at each temperature; one result dict per (temperature,
+    method, category), category "all" included, and one per method that cannot run (its "skipped" says why).
+
+    Each dict: temperature, method, category, prompts, tokens, target_calls, seconds, tau, tokens_per_s,
+    speedup (over "target only" in the same category and run), identical (prompts whose output equals plain
+    decoding's; greedy only, None when sampling), skipped. prompts: load_prompts() entries (default: all 52).
+    """
+    from specdec_lab.prompts import load_prompts
+
+    prompts = load_prompts() if prompts is None else prompts
+    device = next(target.parameters()).device
+    ids = [tokenizer(p["prompt"], return_tensors="pt").input_ids.to(device) for p in prompts]
+    results = []
+    for T in temperatures:
+        methods = showdown_methods(target, draft, max_new_tokens, T, tokenizer.eos_token_id,
+                                   zoo_drafters=zoo_drafters, **settings)
+        runnable = {name: m for name, m in methods.items() if not isinstance(m, str)}
+        label = progress and f"T={T:g}"
+        rows = {row.method: row for row in run(target, runnable, ids, 1, label, seed=None if T == 0 else 0)}
+        for cat in ("all", *CATEGORIES):
+            idx = [i for i, p in enumerate(prompts) if cat in ("all", p["category"])]
+            if not idx:
+                continue
+            base = _subset(rows["target only"], idx)
+            for name, method in methods.items():
+                if not isinstance(method, str):
+                    results.append(_result(T, cat, _subset(rows[name], idx), base))
+                elif cat == "all":  # cannot run here: one line that says why
+                    results.append(dict(temperature=T, method=name, category=cat, prompts=0, tokens=0,
+                                        target_calls=0, seconds=0.0, tau=None, tokens_per_s=None, speedup=None,
+                                        identical=None, skipped=method))
+    return results
+
+
+def format_showdown(results: list[dict], temperature: float) -> str:
+    """One temperature's results as two fixed-width tables: all prompts, then the speedup by category."""
+    rows = [r for r in results if r["temperature"] == temperature]
+    every = [r for r in rows if r["category"] == "all"]
+    width = max(len(r["method"]) for r in every)
+    greedy = temperature == 0
+    head = f"{'method':<{width}} |     τ | target calls | tokens/s | speedup | " + ("identical" if greedy else "")
+    lines = [f"temperature {temperature:g}" + (" (greedy)" if greedy else " (sampling)"), head, "-" * len(head)]
+    for r in every:
+        if r["skipped"]:
+            lines.append(f"{r['method']:<{width}} | n/a: {r['skipped']}")
+            continue
+        same = f"{r['identical']}/{r['prompts']}" if greedy else ""
+        lines.append(f"{r['method']:<{width}} | {r['tau']:5.2f} | {r['target_calls']:12d} | {r['tokens_per_s']:8.1f} | "
+                     f"{r['speedup']:6.2f}x | {same}")
+    cats = [c for c in CATEGORIES if any(r["category"] == c for r in rows)]
+    lines += ["", f"{'speedup by category':<{width}} | " + " | ".join(f"{c:>6}" for c in cats + ["all"])]
+    for r in every:
+        if not r["skipped"]:
+            by = {x["category"]: x["speedup"] for x in rows if x["method"] == r["method"]}
+            lines.append(f"{r['method']:<{width}} | " + " | ".join(f"{by[c]:5.2f}x" for c in cats + ["all"]))
+    return "\n".join(lines)
+
+
+def save_results(results: list[dict], meta: dict, json_path=None, csv_path=None) -> None:
+    """Write the showdown's results: JSON ({"meta": ..., "results": [...]}) and/or CSV (one line per result)."""
+    import csv
+    import json
+    from pathlib import Path
+
+    if json_path:
+        Path(json_path).write_text(json.dumps({"meta": meta, "results": results}, indent=1, ensure_ascii=False) + "\n")
+    if csv_path:
+        with open(csv_path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(results[0]))
+            writer.writeheader()
+            writer.writerows(results)
+
+
+def bench_all(args) -> int:
+    import platform
+
+    import transformers
+
+    from specdec_lab import zoo
+    from specdec_lab.prompts import load_prompts
+
+    target, draft, tok = zoo.load_pair(args.pair, device=args.device)
+    prompts = load_prompts(args.category)[:args.limit]
+    temperatures = [float(t) for t in args.temperatures.split(",")]
+    device = next(target.parameters()).device
+    meta = dict(pair=args.pair, device=str(device), threads=torch.get_num_threads(), prompts=len(prompts),
+                category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
+                torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
+                machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
+    print(f"pair {args.pair!r} on {device}, {len(prompts)} prompts, max_new_tokens={args.max_new_tokens}, "
+          f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
+    results = showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
+                       zoo_drafters=args.pair == "tiny", progress=True, gamma=args.gamma)
+    for T in temperatures:
+        print("\n" + format_showdown(results, T))
+    save_results(results, meta, args.json, args.csv)
+    for path in (args.json, args.csv):
+        if path:
+            print(f"wrote {path}")
+    broken = [r["method"] for r in results if r["identical"] is not None and r["category"] == "all"
+              and r["identical"] < r["prompts"]]
+    if broken:
+        print(f"\nNOT identical to plain greedy decoding: {', '.join(broken)}")
+    return 1 if broken else 0
+
+
+# `specdec-lab bench --method NAME` runs METHODS[NAME](args).
+METHODS = {"all": bench_all, "draft": bench_draft}
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--method", choices=sorted(METHODS), default="draft", help="what to benchmark")
-    parser.add_argument("--pair", default="tiny", help="model pair for zoo.load_pair (default: the embedded one)")
+    parser.add_argument("--method", choices=sorted(METHODS), default="all", help="all: every method, greedy "
+                        "and sampled (chapter 08, the default); draft: the draft model against HF (chapter 03)")
+    parser.add_argument("--pair", default="tiny", help="model pair for zoo.load_pair: tiny (embedded, the default), "
+                        "smollm2, qwen2.5, gpt2, or a folder holding target/ and draft/")
+    parser.add_argument("--device", help="cpu, cuda, mps ... (default: cuda when available, else cpu)")
+    parser.add_argument("--temperatures", default="0,0.7", help="comma-separated; 0 = greedy (default 0,0.7)")
+    parser.add_argument("--json", help="write the results here as JSON (with the run's settings and versions)")
+    parser.add_argument("--csv", help="write the results here as CSV")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=int, default=3, help="draft tokens per target pass (default 3: the "
                         "best for the zoo pair on a 2-core CPU, see notebook 03)")

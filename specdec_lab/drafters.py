@@ -138,7 +138,8 @@ class DraftModelDrafter(Drafter):
                                   tree_mask(parents)[-m:]], 1)  # [m, base + all nodes]
                 positions = torch.full((m,), self.base + level - 1)  # [m] all at this depth
                 assert lm.cache_len(self.cache) == self.base + fed
-                logits = lm.forward(self.model, torch.tensor([tokens[-m:]]), self.cache, positions, mask)[0]  # [m, V]
+                frontier_ids = torch.tensor([tokens[-m:]], device=x.device)  # [1, m]
+                logits = lm.forward(self.model, frontier_ids, self.cache, positions, mask)[0]  # [m, V]
             if warp.greedy:
                 kids = logits.topk(b, -1).indices  # [m, b] distinct picks
             else:

@@ -479,7 +479,8 @@ class EagleDrafter(Drafter):
         m = len(tokens)
         mask = torch.cat([torch.ones(m, self.n_true, dtype=torch.bool), anc, torch.eye(m, dtype=torch.bool)], 1)
         positions = torch.full((m,), self.n_true + level)  # [m] siblings share a position
-        out = self.net(feats[None], torch.tensor([tokens]), positions, mask, self.cache)[0]  # [m, H]
+        ids = torch.tensor([tokens], device=feats.device)  # [1, m]
+        out = self.net(feats[None], ids, positions, mask, self.cache)[0]  # [m, H]
         return out, F.log_softmax(self.net.logits(out).float(), -1)  # [m, H], [m, V]
 
     def _static(self, branching: list[int]) -> DraftTree:
@@ -516,7 +517,7 @@ class EagleDrafter(Drafter):
                 feats = torch.stack([out_of[i] for i in frontier])  # [m, H]
                 out, logp = self._feed(feats, [tokens[i] for i in frontier], level - 1, anc)  # [m, H], [m, V]
                 fed += frontier
-            base = torch.tensor([0.0 if i < 0 else scores[i] for i in frontier])  # [m]
+            base = torch.tensor([0.0 if i < 0 else scores[i] for i in frontier], device=logp.device)  # [m]
             rows, toks, sc = expand_step(base, logp, k)  # m * k candidates, best first
             new, out_of = [], {}
             for r, t, s in zip(rows.tolist(), toks.tolist(), sc.tolist()):

@@ -138,9 +138,12 @@ def gather(cache, indices) -> None:
 
 def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None, assistant=None,
                 num_assistant_tokens: int = 4, schedule: str = "constant",
-                confidence_threshold: float | None = None, prompt_lookup_num_tokens: int | None = None) -> torch.Tensor:
-    """Hugging Face's own greedy `model.generate`, assisted by `assistant` when given: the new ids [n].
+                confidence_threshold: float | None = None, prompt_lookup_num_tokens: int | None = None,
+                temperature: float = 0.0) -> torch.Tensor:
+    """Hugging Face's own `model.generate`, assisted by `assistant` when given: the new ids [n].
 
+    temperature 0: greedy; otherwise sampling from softmax(logits / temperature) with no top-k or top-p
+    (HF's default top_k=50 is switched off), drawing from torch's global generator.
     prompt_lookup_num_tokens: HF's prompt lookup decoding instead (draft length; HF's own n-gram size, 2).
 
     eos_token_id None: never stop early (the model's generation_config default is overridden).
@@ -159,6 +162,8 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None
     # text, so a pad id that the model also generates (say 0) silently corrupts the drafts.
     kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                   attention_mask=torch.ones_like(ids))
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
     saved = None
     if assistant is not None:
         assistant_config = assistant.generation_config
