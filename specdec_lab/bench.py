@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec_lab.prompts import CATEGORIES
+
 __all__ = ["Row", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods", "showdown",
-           "format_showdown", "save_results"]
+           "format_showdown", "leaderboard_markdown", "save_results"]
 
 
 @dataclass
@@ -184,8 +186,7 @@ def bench_draft(args) -> int:
 
 # ---- chapter 08: the showdown ------------------------------------------------------------------------
 
-TEMPERATURES = (0.0, 0.7)
-CATEGORIES = ("code", "edit", "doc")
+TEMPERATURES = (0.0, 0.7)  # greedy, and the sampling temperature of the showdown
 
 
 def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
@@ -325,6 +326,25 @@ def format_showdown(results: list[dict], temperature: float) -> str:
         if not r["skipped"]:
             by = {x["category"]: x["speedup"] for x in rows if x["method"] == r["method"]}
             lines.append(f"{r['method']:<{width}} | " + " | ".join(f"{by[c]:5.2f}x" for c in cats + ["all"]))
+    return "\n".join(lines)
+
+
+def leaderboard_markdown(results: list[dict]) -> str:
+    """The README's leaderboard, from a greedy (0) and a sampled run: τ, speedup per category, identity."""
+    temps = sorted({r["temperature"] for r in results})
+    if temps[0] != 0 or len(temps) != 2:
+        raise ValueError(f"the leaderboard wants one greedy and one sampled temperature, got {temps}")
+    T = temps[1]
+    get = {(r["temperature"], r["method"], r["category"]): r for r in results}
+    lines = [f"| method | τ | speedup: code | edit | doc | **all** | identical to greedy | τ at T = {T:g} | "
+             f"speedup at T = {T:g} |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in (r for r in results if r["temperature"] == 0 and r["category"] == "all"):
+        m = r["method"]
+        by = " | ".join(f"{get[0, m, c]['speedup']:.2f}x" for c in CATEGORIES if (0, m, c) in get)
+        s = get[T, m, "all"]
+        sampled = "greedy only | greedy only" if s["skipped"] else f"{s['tau']:.2f} | {s['speedup']:.2f}x"
+        lines.append(f"| {m} | {r['tau']:.2f} | {by} | **{r['speedup']:.2f}x** | {r['identical']}/{r['prompts']} | "
+                     f"{sampled} |")
     return "\n".join(lines)
 
 

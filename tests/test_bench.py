@@ -133,3 +133,19 @@ def test_engine_settings(pair):
     assert set(engine_settings(None).values()) == {"leave speculative decoding off"}
     with pytest.raises(TypeError, match="no engine mapping"):
         engine_settings(object())
+
+
+def test_readme_leaderboard_is_the_committed_run():
+    """The README's table is generated from the committed results of `specdec-lab bench`, which were exact."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "results" / "showdown-tiny-cpu.json").read_text())
+    assert data["meta"]["pair"] == "tiny" and data["meta"]["prompts"] == 52 and data["meta"]["threads"] == 1
+    greedy = [r for r in data["results"] if r["temperature"] == 0 and r["category"] == "all"]
+    assert len(greedy) == 11 and all(r["identical"] == 52 for r in greedy)
+    readme = (root / "README.md").read_text()
+    assert bench.leaderboard_markdown(data["results"]) in readme, "regenerate the README's leaderboard"
+    assert "specdec-lab bench --threads 1 --json results/showdown-tiny-cpu.json" in readme
+    with open(root / "results" / "showdown-tiny-cpu.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == len(data["results"])
