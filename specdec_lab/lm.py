@@ -175,6 +175,8 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None
         kwargs["assistant_model"] = assistant
     if prompt_lookup_num_tokens is not None:
         kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
+        if eos_token_id is None:  # 4.53's prompt lookup needs an EOS id to search for: one no model can emit
+            kwargs["eos_token_id"] = model.config.get_text_config().vocab_size
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the assistant's inner generate() warns about its own config
     try:
@@ -185,7 +187,9 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None
         if saved is not None:
             for k, v in saved.items():
                 setattr(assistant.generation_config, k, v)
-    return out[0, ids.shape[1]:]
+    # 4.53's prompt lookup can accept a whole candidate past max_new_tokens (greedy-correct tokens, too many of
+    # them); cut to the budget so every method is compared on the same text.
+    return out[0, ids.shape[1]:ids.shape[1] + max_new_tokens]
 
 
 _FORWARD_KEYWORDS: dict[type, tuple[bool, str]] = {}  # model class -> (takes logits_to_keep, cache keyword)

@@ -87,8 +87,20 @@ def train_tokenizer(texts: list[str], out_dir: Path):
     tok.train_from_iterator(texts, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=None,
                                    pad_token=EOS, model_max_length=1024)
-    fast.save_pretrained(out_dir)
+    save_tokenizer(fast, out_dir)
     return fast
+
+
+def save_tokenizer(tok, out_dir: Path) -> None:
+    """save_pretrained, with a tokenizer_config.json that every supported transformers version reads: 5.x writes
+    its own class name, TokenizersBackend, which 4.x cannot load; PreTrainedTokenizerFast loads in both."""
+    tok.save_pretrained(out_dir)
+    path = Path(out_dir) / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    for key in ("backend", "is_local", "local_files_only"):  # 5.x bookkeeping, meaningless to 4.x
+        config.pop(key, None)
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def token_stream(texts: list[str], tokenizer) -> torch.Tensor:
@@ -467,7 +479,7 @@ def main(work: Path, measure_only: bool = False, train_only: bool = False, threa
         draft, d_state = train("draft", DRAFT, tok, train_ids, val_w, work, teacher=target, seed=1)
         for name, model in [("target", target), ("draft", draft)]:
             model.to(SHIP_DTYPE[name]).save_pretrained(zoo_dir / name, safe_serialization=True)
-            tok.save_pretrained(zoo_dir / name)
+            save_tokenizer(tok, zoo_dir / name)
         training = {
             "python": platform.python_version(), "train_files": len(train_files), "val_files": len(val_files),
             "vocab": len(tok), "seq_len": SEQ_LEN,

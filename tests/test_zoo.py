@@ -113,3 +113,22 @@ def test_check_command_reports_the_zoo(capsys):
     assert main(["check"]) == 0
     out = capsys.readouterr().out
     assert "torch" in out and "zoo 'tiny'    loads" in out
+
+
+def test_shipped_tokenizers_load_in_every_supported_transformers(tmp_path):
+    """5.x saves tokenizer_class "TokenizersBackend", which 4.x cannot load; the zoo ships the portable name."""
+    import json
+
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from specdec_lab import train_zoo
+    from specdec_lab.zoo import EMBEDDED
+
+    for name in ("target", "draft"):
+        config = json.loads((EMBEDDED["tiny"] / name / "tokenizer_config.json").read_text())
+        assert config["tokenizer_class"] == "PreTrainedTokenizerFast", name
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), eos_token="<|endoftext|>")
+    train_zoo.save_tokenizer(tok, tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and "backend" not in config
