@@ -9,13 +9,17 @@ for token. `specdec-lab bench --method draft` is chapter 03's narrower table (dr
 Every method decodes the same prompts with the same max_new_tokens and EOS. Methods run interleaved, prompt
 by prompt (so a slow spell on a shared machine hits all of them alike), after a warm-up on the first
 prompt. Hugging Face's passes are counted with a forward hook on the target. When sampling, torch's global
-generator is seeded per prompt, so a run repeats exactly.
+generator is seeded per prompt, so a run repeats exactly. Ctrl-C stops a run and keeps what was measured: `run`
+and `showdown` raise `Interrupted`, whose `partial` holds the prompts every method finished, and the command
+line saves those results (marked partial) to its --json/--csv files.
 
 Used by notebooks/03_draft_target.ipynb, 06_eagle.ipynb, 08_showdown.ipynb and by the command line.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -25,8 +29,8 @@ import torch
 
 from specdec_lab.prompts import CATEGORIES
 
-__all__ = ["Row", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods", "showdown",
-           "format_showdown", "leaderboard_markdown", "save_results"]
+__all__ = ["Row", "Interrupted", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods",
+           "showdown", "format_showdown", "leaderboard_markdown", "save_results", "add_arguments", "check_arguments"]
 
 
 @dataclass
@@ -51,6 +55,15 @@ class Row:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a benchmark. `partial`: what the interrupted function returns, over the prompts that every
+    method finished before the interrupt (a KeyboardInterrupt, so a notebook cell still stops as usual)."""
+
+    def __init__(self, partial):
+        super().__init__()
+        self.partial = partial
 
 
 @contextmanager
@@ -117,30 +130,39 @@ def run(target, methods: dict[str, Method], prompts: list[torch.Tensor], warmup:
     rows = {name: Row(name) for name in methods}
     bar = tqdm(total=len(prompts) * len(methods), desc=progress if isinstance(progress, str) else "bench",
                disable=not progress, leave=True)
-    with torch.inference_mode():
-        for _ in range(warmup):
-            for method in methods.values():
-                method(prompts[0])
-        for i, ids in enumerate(prompts):
-            for name, method in methods.items():
-                if seed is not None:
-                    torch.manual_seed(seed + i)
-                with count_calls(target) as calls:
-                    start = time.perf_counter()
-                    tokens, passes = method(ids)
-                    seconds = time.perf_counter() - start
-                row = rows[name]
-                passes = passes if passes is not None else len(calls)
-                row.tokens += len(tokens)
-                row.target_calls += passes
-                row.seconds += seconds
-                row.prompts += 1
-                row.outputs.append(tokens)
-                row.calls_each.append(passes)
-                row.seconds_each.append(seconds)
-                bar.update()
-    bar.close()
-    rows = list(rows.values())
+    try:
+        with torch.inference_mode():
+            for _ in range(warmup):
+                for method in methods.values():
+                    method(prompts[0])
+            for i, ids in enumerate(prompts):
+                for name, method in methods.items():
+                    if seed is not None:
+                        torch.manual_seed(seed + i)
+                    with count_calls(target) as calls:
+                        start = time.perf_counter()
+                        tokens, passes = method(ids)
+                        seconds = time.perf_counter() - start
+                    row = rows[name]
+                    passes = passes if passes is not None else len(calls)
+                    row.tokens += len(tokens)
+                    row.target_calls += passes
+                    row.seconds += seconds
+                    row.prompts += 1
+                    row.outputs.append(tokens)
+                    row.calls_each.append(passes)
+                    row.seconds_each.append(seconds)
+                    bar.update()
+    except KeyboardInterrupt:
+        done = min(row.prompts for row in rows.values())  # prompts that every method finished
+        raise Interrupted(_same([_subset(row, range(done)) for row in rows.values()])) from None
+    finally:
+        bar.close()
+    return _same(list(rows.values()))
+
+
+def _same(rows: list[Row]) -> list[Row]:
+    """Set each row's `same`: the prompts whose output equals the first row's."""
     for row in rows:
         row.same = sum(a == b for a, b in zip(row.outputs, rows[0].outputs))
     return rows
@@ -256,6 +278,8 @@ def _subset(row: Row, indices: Sequence[int]) -> Row:
         sub.seconds += row.seconds_each[i]
         sub.prompts += 1
         sub.outputs.append(row.outputs[i])
+        sub.calls_each.append(row.calls_each[i])
+        sub.seconds_each.append(row.seconds_each[i])
     return sub
 
 
@@ -277,6 +301,8 @@ def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temper
     Each dict: temperature, method, category, prompts, tokens, target_calls, seconds, tau, tokens_per_s,
     speedup (over "target only" in the same category and run), identical (prompts whose output equals plain
     decoding's; greedy only, None when sampling), skipped. prompts: load_prompts() entries (default: all 52).
+    Ctrl-C raises `Interrupted` with the results so far: earlier temperatures whole, the current one over the
+    prompts every method finished.
     """
     from specdec_lab.prompts import load_prompts
 
@@ -285,23 +311,38 @@ def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temper
     ids = [tokenizer(p["prompt"], return_tensors="pt").input_ids.to(device) for p in prompts]
     results = []
     for T in temperatures:
-        methods = showdown_methods(target, draft, max_new_tokens, T, tokenizer.eos_token_id,
-                                   zoo_drafters=zoo_drafters, **settings)
-        runnable = {name: m for name, m in methods.items() if not isinstance(m, str)}
-        label = progress and f"T={T:g}"
-        rows = {row.method: row for row in run(target, runnable, ids, 1, label, seed=None if T == 0 else 0)}
-        for cat in ("all", *CATEGORIES):
-            idx = [i for i, p in enumerate(prompts) if cat in ("all", p["category"])]
-            if not idx:
-                continue
-            base = _subset(rows["target only"], idx)
-            for name, method in methods.items():
-                if not isinstance(method, str):
-                    results.append(_result(T, cat, _subset(rows[name], idx), base))
-                elif cat == "all":  # cannot run here: one line that says why
-                    results.append(dict(temperature=T, method=name, category=cat, prompts=0, tokens=0,
-                                        target_calls=0, seconds=0.0, tau=None, tokens_per_s=None, speedup=None,
-                                        identical=None, skipped=method))
+        try:
+            methods = showdown_methods(target, draft, max_new_tokens, T, tokenizer.eos_token_id,
+                                       zoo_drafters=zoo_drafters, **settings)
+            runnable = {name: m for name, m in methods.items() if not isinstance(m, str)}
+            label = progress and f"T={T:g}"
+            rows = run(target, runnable, ids, 1, label, seed=None if T == 0 else 0)
+        except KeyboardInterrupt as stop:
+            partial = getattr(stop, "partial", None)  # run's rows over the prompts it finished
+            if partial and partial[0].prompts:
+                results += _results(T, methods, prompts, partial)
+            raise Interrupted(results) from None
+        results += _results(T, methods, prompts, rows)
+    return results
+
+
+def _results(T: float, methods: dict[str, Method | str], prompts: list[dict], rows: list[Row]) -> list[dict]:
+    """One temperature's result dicts, per category, from `run`'s rows (which may cover only the first prompts)."""
+    rows = {row.method: row for row in rows}
+    prompts = prompts[:rows["target only"].prompts]
+    results = []
+    for cat in ("all", *CATEGORIES):
+        idx = [i for i, p in enumerate(prompts) if cat in ("all", p["category"])]
+        if not idx:
+            continue
+        base = _subset(rows["target only"], idx)
+        for name, method in methods.items():
+            if not isinstance(method, str):
+                results.append(_result(T, cat, _subset(rows[name], idx), base))
+            elif cat == "all":  # cannot run here: one line that says why
+                results.append(dict(temperature=T, method=name, category=cat, prompts=0, tokens=0,
+                                    target_calls=0, seconds=0.0, tau=None, tokens_per_s=None, speedup=None,
+                                    identical=None, skipped=method))
     return results
 
 
@@ -354,6 +395,9 @@ def save_results(results: list[dict], meta: dict, json_path=None, csv_path=None)
     import json
     from pathlib import Path
 
+    for path in (json_path, csv_path):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     if json_path:
         Path(json_path).write_text(json.dumps({"meta": meta, "results": results}, indent=1, ensure_ascii=False) + "\n")
     if csv_path:
@@ -373,7 +417,7 @@ def bench_all(args) -> int:
 
     target, draft, tok = zoo.load_pair(args.pair, device=args.device)
     prompts = load_prompts(args.category)[:args.limit]
-    temperatures = [float(t) for t in args.temperatures.split(",")]
+    temperatures = args.temperatures or list(TEMPERATURES)
     device = next(target.parameters()).device
     meta = dict(pair=args.pair, device=str(device), threads=torch.get_num_threads(), prompts=len(prompts),
                 category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
@@ -381,8 +425,11 @@ def bench_all(args) -> int:
                 machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
     print(f"pair {args.pair!r} on {device}, {len(prompts)} prompts, max_new_tokens={args.max_new_tokens}, "
           f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
-    results = showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
-                       zoo_drafters=args.pair == "tiny", progress=True, gamma=args.gamma)
+    try:
+        results = showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
+                           zoo_drafters=args.pair == "tiny", progress=True, gamma=args.gamma)
+    except Interrupted as stop:
+        return _save_partial(stop.partial, meta, args)
     for T in temperatures:
         print("\n" + format_showdown(results, T))
     save_results(results, meta, args.json, args.csv)
@@ -396,23 +443,124 @@ def bench_all(args) -> int:
     return 1 if broken else 0
 
 
+def _save_partial(results: list[dict], meta: dict, args) -> int:
+    """Ctrl-C: print and save what was measured, each result and the meta marked partial; exit code 130."""
+    done = {r["temperature"]: r["prompts"] for r in results if r["category"] == "all" and not r["skipped"]}
+    if not done:
+        print("\ninterrupted before the first prompt was done: nothing measured, nothing saved")
+        return 130
+    so_far = ", ".join(f"T={T:g}: {n} of {meta['prompts']} prompts" for T, n in done.items())
+    for T in done:
+        print("\n" + format_showdown(results, T))
+    files = [path for path in (args.json, args.csv) if path]
+    save_results([dict(r, partial=True) for r in results], dict(meta, partial=f"interrupted after {so_far}"),
+                 args.json, args.csv)
+    saved = f"saved them, marked partial, to {' and '.join(files)}" if files else "give --json or --csv to save them"
+    print(f"\ninterrupted: measured {so_far}; {saved}")
+    return 130
+
+
 # `specdec-lab bench --method NAME` runs METHODS[NAME](args).
 METHODS = {"all": bench_all, "draft": bench_draft}
 
 
 def add_arguments(parser) -> None:
+    """The flags of `specdec-lab bench`; each is checked when parsed, before any model loads."""
     parser.add_argument("--method", choices=sorted(METHODS), default="all", help="all: every method, greedy "
                         "and sampled (chapter 08, the default); draft: the draft model against HF (chapter 03)")
-    parser.add_argument("--pair", default="tiny", help="model pair for zoo.load_pair: tiny (embedded, the default), "
-                        "smollm2, qwen2.5, gpt2, or a folder holding target/ and draft/")
-    parser.add_argument("--device", help="cpu, cuda, mps ... (default: cuda when available, else cpu)")
-    parser.add_argument("--temperatures", default="0,0.7", help="comma-separated; 0 = greedy (default 0,0.7)")
-    parser.add_argument("--json", help="write the results here as JSON (with the run's settings and versions)")
-    parser.add_argument("--csv", help="write the results here as CSV")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=3, help="draft tokens per target pass (default 3: the "
-                        "best for the zoo pair on a 2-core CPU, see notebook 03)")
+    parser.add_argument("--pair", default="tiny", type=pair_name, help="model pair for zoo.load_pair: tiny "
+                        "(embedded, the default), smollm2, qwen2.5, gpt2, or a folder holding target/ and draft/")
+    parser.add_argument("--device", type=device_name, help="cpu, cuda, mps ... (default: cuda when available, "
+                        "else cpu)")
+    parser.add_argument("--temperatures", type=temperature_list, help="comma-separated; 0 = greedy (default 0,0.7)")
+    parser.add_argument("--json", type=output_file, help="write the results here as JSON (with the run's settings "
+                        "and versions); missing folders are created")
+    parser.add_argument("--csv", type=output_file, help="write the results here as CSV; missing folders are created")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64)
+    parser.add_argument("--gamma", type=positive_int, default=3, help="draft tokens per target pass (default 3: "
+                        "the best for the zoo pair on a 2-core CPU, see notebook 03)")
     parser.add_argument("--category", choices=["code", "edit", "doc"], help="only this prompt category")
-    parser.add_argument("--limit", type=int, help="only the first N prompts")
-    parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
+    parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches (--method draft)")
+    parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
+
+
+def check_arguments(parser, args) -> None:
+    """The checks that involve two flags (parser.error exits with a one-line message)."""
+    if args.method == "draft":
+        extra = [flag for flag in ("json", "csv", "temperatures") if getattr(args, flag) is not None]
+        if extra:
+            parser.error(f"--{extra[0]} belongs to the showdown (--method all); --method draft is greedy and "
+                         "prints its table only")
+    elif args.naive:
+        parser.error("--naive belongs to --method draft (chapter 03's table); leave it out for the showdown")
+    if args.json and args.csv and os.path.abspath(args.json) == os.path.abspath(args.csv):
+        parser.error(f"--json and --csv both name {args.json!r}: give them different files")
+
+
+# Types for argparse: each returns the parsed value or raises ArgumentTypeError, which argparse prints as
+# "argument --flag: <message>", before anything is loaded.
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: give 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number: give 1 or more")
+    return value
+
+
+def temperature_list(text: str) -> list[float]:
+    from specdec_lab import checks
+
+    temperatures = []
+    for part in text.split(","):
+        try:
+            T = checks.temperature(float(part))
+        except checks.ArgumentError as e:  # a number, but not a temperature
+            raise argparse.ArgumentTypeError(str(e)) from None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a number: give comma-separated temperatures, "
+                                             "0 for greedy, e.g. 0,0.7") from None
+        if T in temperatures:
+            raise argparse.ArgumentTypeError(f"{T:g} appears twice in {text!r}: give each temperature once")
+        temperatures.append(T)
+    return temperatures
+
+
+def output_file(text: str) -> str:
+    """A file the results can be written to: not a folder, and under a folder that exists or can be made."""
+    from pathlib import Path
+
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name in it, e.g. {path / 'showdown'}"
+                                         ".json")
+    folder = path.absolute().parent
+    while not folder.exists():  # the nearest folder that exists: the missing ones are created when saving
+        folder = folder.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: no permission to write in {folder}")
+    return text
+
+
+def pair_name(text: str) -> str:
+    from specdec_lab import zoo
+
+    try:
+        zoo.resolve_pair(text)
+    except (ValueError, FileNotFoundError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def device_name(text: str) -> str:
+    from specdec_lab import zoo
+
+    try:
+        return zoo.check_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -3,7 +3,7 @@
 Derived in notebooks/03_draft_target.ipynb.
 
     gen = generate(target, ids, DraftModelDrafter(draft, gamma=4), max_new_tokens=64)
-    gen.tokens, gen.target_calls, gen.mean_accepted      # new tokens, target passes, τ
+    gen.tokens, gen.target_calls, gen.tau              # new tokens, target passes, τ
 
 One loop serves every method: the drafter's `propose()` returns a `DraftTree` (a chain, or from chapter 04
 a tree read through a tree mask), the target scores the pending token plus the drafts in ONE cached forward,
@@ -18,7 +18,6 @@ the next forward.
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from specdec_lab import lm
+from specdec_lab import checks, lm
+from specdec_lab.lm import context_length
 from specdec_lab.sampling import probs_from_logits, verify_chain
 from specdec_lab.tree import DraftTree, compact, tree_forward, verify_tree
 
@@ -47,12 +47,11 @@ class Warp:
     generator: torch.Generator | None = None
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1 or None (no top-k), got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] or None (no top-p), got {self.top_p}")
+        self.temperature = checks.temperature(self.temperature)
+        self.top_k, self.top_p = checks.top_k(self.top_k), checks.top_p(self.top_p)
+        if self.generator is not None and not isinstance(self.generator, torch.Generator):
+            raise checks.ArgumentError(f"generator must be a torch.Generator or None, got {self.generator!r}: "
+                                       "pass torch.Generator().manual_seed(0)")
 
     @property
     def greedy(self) -> bool:
@@ -88,7 +87,7 @@ class Generation:
     seconds: float = 0.0
 
     @property
-    def mean_accepted(self) -> float:
+    def tau(self) -> float:
         """τ, the mean number of tokens emitted per target call: len(tokens) / target_calls.
 
         Each call emits its accepted drafts plus one corrected or bonus token, so τ = 1 + mean(accept_lengths)
@@ -108,16 +107,6 @@ class Generation:
         """
         tested = sum(min(n + 1, d) for n, d in zip(self.accept_lengths, self.draft_lengths))
         return sum(self.accept_lengths) / tested if tested else 0.0
-
-
-def context_length(model) -> int | None:
-    """The longest sequence `model` was built for (its position table), or None if its config does not say."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def verify(logits: Tensor, tree: DraftTree, warp: Warp) -> list[int]:
@@ -140,44 +129,12 @@ def verify(logits: Tensor, tree: DraftTree, warp: Warp) -> list[int]:
     return verify_chain(warp.probs(logits), tree.q, tree.tokens, warp.generator)  # [γ+1, V], [γ, V] | None
 
 
-def _prompt(target, input_ids, max_new_tokens) -> Tensor:
-    """input_ids as a [1, T] long tensor, or a ValueError that says what to change."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        try:
-            max_new_tokens = operator.index(max_new_tokens)
-        except TypeError:
-            raise ValueError(f"max_new_tokens must be an int, got {max_new_tokens!r}") from None
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    ids = input_ids if isinstance(input_ids, Tensor) else torch.as_tensor(list(input_ids), dtype=torch.long)
-    if ids.dim() == 2 and ids.shape[0] != 1:
-        raise ValueError(f"generate decodes one sequence at a time (batch size 1), got input_ids of shape "
-                         f"{list(ids.shape)}: loop over the rows")
-    if ids.dim() not in (1, 2) or ids.is_floating_point():
-        raise ValueError(f"input_ids must be token ids, [T] or [1, T] integers, got {ids.dtype} {list(ids.shape)}")
-    ids = ids.reshape(1, -1).long().to(target.device)  # [1, T]
-    if ids.shape[1] == 0:
-        raise ValueError("the prompt is empty: pass at least one token id (a BOS or EOS token works as a "
-                         "start-of-text prompt)")
+def _prompt(target, input_ids, max_new_tokens) -> tuple[Tensor, int]:
+    """(input_ids as a [1, T] long tensor, max_new_tokens), or an error that says what to change."""
+    checks.model(target, "target", "load one with AutoModelForCausalLM.from_pretrained(name), or "
+                 "target, draft, tok = zoo.load_pair('tiny')")
     vocab = target.config.get_text_config().vocab_size
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise ValueError(f"input_ids hold ids outside the target's vocabulary [0, {vocab}): "
-                         f"min {int(ids.min())}, max {int(ids.max())}; tokenize with the target's tokenizer")
-    limit = context_length(target)
-    if limit is not None and ids.shape[1] > limit:
-        raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the target's context of {limit}: "
-                         f"keep its last {limit - 1} tokens or fewer (ids[:, -{limit - 1}:])")
-    if limit is not None and ids.shape[1] + max_new_tokens > limit:
-        raise ValueError(f"{ids.shape[1]} prompt tokens + max_new_tokens={max_new_tokens} exceed the target's "
-                         f"context of {limit}: ask for at most {limit - ids.shape[1]} new tokens")
-    return ids
-
-
-def _eos_set(eos_token_id) -> set[int]:
-    if eos_token_id is None:
-        return set()
-    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    return {operator.index(t) for t in ids}
+    return checks.prompt(input_ids, max_new_tokens, vocab, context_length(target), target.device)
 
 
 @torch.inference_mode()
@@ -192,11 +149,15 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
     Output distribution: exactly the target's own (greedy: identical tokens). Stops after max_new_tokens
     tokens or at the first eos_token_id (which is included), even inside an accepted draft.
     generator: a seeded torch.Generator makes sampling reproducible.
+    Context: prompt + max_new_tokens must fit the target's position table (config.max_position_embeddings or
+    n_positions), else a ValueError says how many new tokens fit; a drafter never drafts past it either.
+    Every argument is checked before any model runs (specdec_lab.checks).
     """
     start = time.perf_counter()
-    ids = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
+    drafter = checks.drafter(drafter)
     warp = Warp(temperature, top_k, top_p, generator)
-    eos = _eos_set(eos_token_id)
+    eos = checks.eos_ids(eos_token_id)
+    ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
     T0 = T = ids.shape[1]
     buf = torch.empty(1, T0 + max_new_tokens, dtype=torch.long, device=ids.device)  # committed + drafts
     buf[:, :T0] = ids
@@ -259,17 +220,19 @@ def generate_naive(target, draft, input_ids, gamma: int = 3, max_new_tokens: int
 
     Same draws in the same order as `generate(..., DraftModelDrafter(draft, gamma))`, so with equal seeds
     the two emit the same tokens (up to fp32 rounding in the logits). Kept as the reference the cached
-    loop is checked and timed against.
+    loop is checked and timed against; like it, drafts only while the draft's context has room.
     """
     start = time.perf_counter()
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma (tokens drafted per step) must be an int >= 1, got {gamma!r}")
-    ids = _prompt(target, input_ids, max_new_tokens)[0].tolist()
-    warp, eos, T0 = Warp(temperature, top_k, top_p, generator), _eos_set(eos_token_id), len(ids)
+    gamma = checks.integer(gamma, "gamma", "tokens drafted per step")
+    checks.model(draft, "draft", "pass the draft model itself (generate_naive(target, draft, ids))")
+    ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)
+    ids = ids[0].tolist()
+    warp, eos, T0 = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id), len(ids)
+    draft_context = context_length(draft) or float("inf")
     gen = Generation(tokens=[], target_calls=0)
     while len(ids) - T0 < max_new_tokens:
         budget = max_new_tokens - (len(ids) - T0)
-        n = min(gamma, budget - 1)
+        n = max(min(gamma, budget - 1, draft_context - len(ids) + 1), 0)  # the draft reads up to len(ids)+n-2
         drafted, qs = list(ids), []
         for _ in range(n):  # the draft re-reads everything, then appends one token
             logits = lm.forward(draft, torch.tensor([drafted]))[0, -1]  # [V]

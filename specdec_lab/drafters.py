@@ -24,8 +24,8 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from specdec_lab import lm
-from specdec_lab.decoding import Warp, context_length
+from specdec_lab import checks, lm
+from specdec_lab.decoding import Warp
 from specdec_lab.tree import DraftTree, branching_parents, compact, tree_depths, tree_mask
 
 __all__ = ["Drafter", "DraftModelDrafter", "early_exit_model", "fake_quantized_model", "fake_quantize"]
@@ -70,22 +70,26 @@ class DraftModelDrafter(Drafter):
     tokens (greedy) or b_l i.i.d. draws from q (sampling), and each level is ONE draft forward over the
     whole frontier with a tree mask. `commit` keeps the accepted path's K/V by gather. branching=[1] * γ is
     the chain of gamma=γ.
+
+    Context: the draft never reads past its own position table. A draft with a shorter context than the
+    target's drafts fewer levels near its end, then none (plain decoding finishes the text); a prompt longer
+    than the draft's context is refused in `start`.
     """
 
     def __init__(self, draft, gamma: int | None = None, branching: list[int] | None = None):
+        checks.model(draft, "draft", "DraftModelDrafter takes the draft model itself, e.g. "
+                     "AutoModelForCausalLM.from_pretrained(name) or zoo.load_pair('tiny')[1]")
         if branching is not None:
-            branching_parents(branching)  # checks it
+            branching = checks.branching(branching)
             if gamma is not None and gamma != len(branching):
-                raise ValueError(f"gamma={gamma} and branching={branching} disagree: pass one of them "
-                                 "(a chain of γ tokens is branching=[1] * γ)")
-            branching = [int(b) for b in branching]
+                raise checks.ArgumentError(f"gamma={gamma} and branching={branching} disagree: pass one of them "
+                                           "(a chain of γ tokens is branching=[1] * γ)")
         else:
             gamma = 3 if gamma is None else gamma  # γ = 3 measured best for the zoo pair on a 2-core CPU
-            if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-                raise ValueError(f"gamma (tokens drafted per step) must be an int >= 1, got {gamma!r}; "
-                                 "for plain decoding pass drafter=None")
+            gamma = checks.integer(gamma, "gamma", "tokens drafted per step", 1, "for plain decoding pass drafter=None")
             branching = [1] * gamma
         self.model, self.branching, self.gamma, self.cache = draft, branching, len(branching), None
+        self.context = lm.context_length(draft) or float("inf")  # the draft's position table
         self.tree, self.base = None, 0  # the last proposed tree and the committed length it was drafted after
 
     def start(self, target, ids: Tensor) -> None:
@@ -94,15 +98,20 @@ class DraftModelDrafter(Drafter):
             raise ValueError(f"target and draft have different vocabularies ({vt} vs {vd} token ids), so their "
                              "token ids cannot be compared: use a draft trained with the target's tokenizer "
                              "(zoo.load_pair returns matching pairs; zoo.check_pair explains a mismatch)")
-        limit = context_length(self.model)
-        if limit is not None and ids.shape[1] > limit:
-            raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the draft's context of {limit}: "
-                             f"shorten it to {limit} tokens or fewer")
+        if ids.shape[1] > self.context:
+            raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the draft's context of {self.context}: "
+                             f"shorten it to {self.context} tokens or fewer")
+        if any(b > 1 for b in self.branching):  # a tree: both models read it through a custom mask
+            lm.require_custom_masks(target, "tree drafts")
+            lm.require_custom_masks(self.model, "tree drafts")
         self.cache = lm.new_cache(self.model)
 
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
-        branching = self.branching[: max(limit, 0)]  # a pass can emit at most depth + 1 tokens
+        # a pass emits at most depth + 1 tokens; drafting depth d reads the draft at positions up to T + d - 2,
+        # so near the end of a shorter draft context the tree loses its last levels (then drafting stops)
+        branching = self.branching[: max(min(limit, self.context - ids.shape[1] + 1), 0)]
         if not branching:
+            self.tree = None  # nothing drafted: commit only crops
             return DraftTree.chain([])
         past = lm.cache_len(self.cache)
         assert ids.shape[1] - 2 <= past <= ids.shape[1] - 1 or past == 0, f"draft cache {past}, text {ids.shape[1]}"

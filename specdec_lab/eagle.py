@@ -34,9 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specdec_lab import checks, lm
 from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
-from specdec_lab.tree import DraftTree, branching_parents, tree_mask
+from specdec_lab.precision import autocast
+from specdec_lab.tree import DraftTree, tree_mask
 
 __all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers",
            "cache_states", "ttt_mask", "unroll", "eagle_loss", "train_eagle_net", "eagle_accuracy",
@@ -201,8 +203,10 @@ class EagleNet(nn.Module):
         """The draft shipped with the zoo for `target` (root/eagle1 or root/eagle3)."""
         from safetensors.torch import load_file
 
+        checks.model(target, "target", "pass the zoo target: target, draft, tok = zoo.load_pair('tiny')")
         if version not in (1, 3):
-            raise ValueError(f"version must be 1 (EAGLE-1, also used by EAGLE-2) or 3 (EAGLE-3), got {version!r}")
+            raise checks.ArgumentError(f"version must be 1 (EAGLE-1, also used by EAGLE-2) or 3 (EAGLE-3), got "
+                                       f"{version!r}")
         path = Path(root) / f"eagle{version}"
         if not (path / "eagle.safetensors").exists():
             raise FileNotFoundError(f"no EAGLE-{version} weights in {path}: run "
@@ -308,10 +312,12 @@ def eagle_loss(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: 
 
 def train_eagle_net(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: int = 400, batch: int = 8,
                     lr: float = 1e-3, ttt_steps: int = 1, noise: float = 0.0, seed: int = 0, log_every: int = 25,
-                    progress: bool = True) -> list[tuple]:
+                    progress: bool = True, precision: str = "auto") -> list[tuple]:
     """Train the draft on cached states [N, T, S, H], text [N, T] and labels [N, T]; returns the loss log.
 
-    AdamW, warmup then cosine decay, bf16 autocast for the products; the target is never run here.
+    AdamW, warmup then cosine decay; the target is never run here. precision: "auto" runs the products in
+    bf16 only where the hardware does bf16 natively (`precision.autocast`); "fp32" gives the same numbers
+    on every machine.
     """
     from tqdm.auto import tqdm
 
@@ -326,7 +332,7 @@ def train_eagle_net(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, st
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
         idx = torch.randint(0, len(states), (batch,), generator=g)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=states.device.type == "cpu"):
+        with autocast(states.device, precision):
             loss, parts = eagle_loss(net, states[idx], x[idx], labels[idx], ttt_steps, noise, g)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -429,14 +435,15 @@ class EagleDrafter(Drafter):
 
     def __init__(self, net: EagleNet, branching: Sequence[int] | None = None, dynamic: bool = False,
                  topk: int = 4, depth: int = 8, budget: int = 24):
+        checks.instance(net, EagleNet, "net", "EagleDrafter.from_zoo(target, version=1), or "
+                        "EagleDrafter(EagleNet.from_zoo(target))")
         if dynamic and branching is not None:
-            raise ValueError("pass branching (a static tree) or dynamic=True (EAGLE-2's tree), not both")
-        self.net, self.dynamic = net, dynamic
-        self.branching = list(branching or [1, 1, 1, 1])
-        branching_parents(self.branching)  # checks it
-        if dynamic and not (topk >= 1 and depth >= 1 and budget >= 1):
-            raise ValueError(f"topk, depth and budget must be >= 1, got {topk}, {depth}, {budget}")
-        self.topk, self.depth, self.budget = topk, depth, budget
+            raise checks.ArgumentError("pass branching (a static tree) or dynamic=True (EAGLE-2's tree), not both")
+        self.net, self.dynamic = net, bool(dynamic)
+        self.branching = checks.branching([1, 1, 1, 1] if branching is None else branching)
+        self.topk = checks.integer(topk, "topk", "children per expanded node")
+        self.depth = checks.integer(depth, "depth", "levels of the dynamic tree")
+        self.budget = checks.integer(budget, "budget", "nodes kept in the dynamic tree")
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @classmethod
@@ -450,6 +457,7 @@ class EagleDrafter(Drafter):
         if H != self.net.hidden:
             raise ValueError(f"this EAGLE draft was built for hidden size {self.net.hidden}, the target has {H}: "
                              "train one for this target")
+        lm.require_custom_masks(target, "EAGLE's drafts")  # the target reads every draft through a tree mask
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @torch.no_grad()

@@ -4,10 +4,15 @@ Each `check_*` takes the learner's function, runs it on cases the notebook does 
 prints one line that starts with "PASS" or raises `AssertionError` with a hint that names the input
 and what went wrong. Sampling checks use fixed seeds and Pearson's chi-square test (`chi_square`),
 failing below `P_VALUE_MIN`. The small helpers at the top are meant for the graders of every chapter.
+
+In Jupyter a failing grader shows its hint first and hides its own frames (see `_grader` at the end): a hint
+shows as two lines, and an error raised inside the learner's code keeps only the learner's frames.
 """
 
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Callable
 
 import torch
@@ -1560,3 +1565,59 @@ def check_sglang_flags(sglang_flags: Callable) -> None:
         check(False, f"{case} returned {got!r}; it should raise ValueError: {reason}")
     passed("exercise 3: sglang_flags maps (topk, depth, budget) to SGLang's flags, root token counted, and "
            "refuses settings no tree can hold")
+
+
+# ---- how a failing grader looks in Jupyter ---------------------------------------------------------------
+
+
+def _in_grading(tb) -> bool:
+    return tb.tb_frame.f_code.co_filename == __file__
+
+
+def _learner_frames(tb):
+    """The traceback `tb` without the frames of this module (the learner's frames stay, in order)."""
+    kept = []
+    while tb is not None:
+        if not _in_grading(tb):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _hint_first(hint: str, grader: str):
+    """IPython shows what an exception's `_render_traceback_` returns in place of the traceback."""
+    red, dim, plain = "\x1b[0;31m", "\x1b[2m", "\x1b[0m"
+    return lambda: [f"{red}AssertionError{plain}: {hint}",
+                    f"{dim}(found by grading.{grader}; the grader's own code is not shown){plain}"]
+
+
+def _grader(fn: Callable) -> Callable:
+    """Wrap a check_*: its hint (an AssertionError raised here) shows as two lines in Jupyter, hint first;
+    any other error keeps the learner's frames only. pytest and plain Python see the same exceptions."""
+
+    @functools.wraps(fn)
+    def grade(*args, **kwargs):
+        __tracebackhide__ = True  # IPython and pytest skip this frame
+        try:
+            return fn(*args, **kwargs)
+        except AssertionError as e:
+            last = e.__traceback__
+            while last.tb_next is not None:
+                last = last.tb_next
+            if _in_grading(last):  # a hint: the grader raised it
+                e._render_traceback_ = _hint_first(str(e), fn.__name__)
+                raise
+            raise e.with_traceback(_learner_frames(e.__traceback__))  # the learner's own assert
+        except Exception as e:
+            raise e.with_traceback(_learner_frames(e.__traceback__))
+
+    return grade
+
+
+for _name, _fn in list(globals().items()):  # every grader: check_* (not the helper `check`)
+    if _name.startswith("check_") and isinstance(_fn, types.FunctionType):
+        globals()[_name] = _grader(_fn)
+del _name, _fn

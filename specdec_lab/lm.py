@@ -15,7 +15,10 @@ This is the only module that knows about transformers versions (tests pass on 4.
   * `from_pretrained(dtype=...)` from 4.56; `torch_dtype=` before (and deprecated after).
 Every version passes a user-supplied 4D mask through unchanged, to eager and SDPA alike. Eager ADDS it
 to the scores (a bool mask there silently masks nothing); SDPA takes bool or additive float. So we always
-pass the additive float form (0 = attend, finfo(dtype).min = blocked) in the model's dtype.
+pass the additive float form (0 = attend, finfo(dtype).min = blocked) in the model's dtype. Some
+architectures build their own mask from a 2D one and fail on a 4D mask or ignore it (Bloom's ALiBi: "too
+many values to unpack"); `custom_mask_problem` finds them with one tiny probe per model class, and
+`forward` refuses them with a message naming the architecture.
 """
 from __future__ import annotations
 
@@ -25,13 +28,24 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs", "hf_generate", "forward_last"]
+__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs", "hf_generate",
+           "forward_last", "context_length", "custom_mask_problem", "require_custom_masks"]
 
 
 def dtype_kwargs(dtype: torch.dtype) -> dict:
     """The keyword that sets the weights' dtype in `from_pretrained`: `dtype` from 4.56, `torch_dtype` before."""
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def context_length(model) -> int | None:
+    """The longest sequence `model` was built for (its position table), or None if its config does not say."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _cache_keyword(model) -> str:
@@ -94,15 +108,53 @@ def forward(model, ids: torch.Tensor, cache=None, positions: torch.Tensor | None
     if mask is not None or positions is not None:
         # Explicit positions get an explicit mask too: without one, 5.x reads non-consecutive position ids
         # of an uncached call as packed sequences and masks across them.
-        if model.config._attn_implementation not in ("eager", "sdpa"):
-            raise ValueError(f"custom masks need attn_implementation 'eager' or 'sdpa', "
-                             f"not {model.config._attn_implementation!r}")
+        require_custom_masks(model)
         kwargs["attention_mask"] = attention_mask_4d(mask, B, past, n, model.dtype, ids.device)  # [B,1,n,past+n]
     if cache is not None:
         kwargs[_cache_keyword(model)] = cache
     out = model(input_ids=ids, use_cache=cache is not None, output_hidden_states=hidden, **kwargs)
     logits = out.logits.float()                                                          # [B, n, V]
     return (logits, tuple(out.hidden_states)) if hidden else logits
+
+
+_MASK_PROBES: dict[tuple, str | None] = {}  # (model class, attention implementation) -> problem or None
+
+
+def custom_mask_problem(model) -> str | None:
+    """None when `model` honours a custom 4D attention mask, else why not (probed once per model class).
+
+    The probe: three tokens, once causal and once with token 2 kept from seeing token 0. A model that
+    honours the mask changes its logits at token 2; one that fails on the mask, or ignores it, does not.
+    """
+    impl = model.config._attn_implementation
+    key = (type(model), impl)
+    if key not in _MASK_PROBES:
+        if impl not in ("eager", "sdpa"):
+            problem = f"its attn_implementation {impl!r} takes none (load it with attn_implementation='sdpa')"
+        else:
+            ids = torch.arange(3, device=model.device)[None]                                # [1, 3]
+            causal = torch.ones(3, 3, dtype=torch.bool).tril()                              # [3, 3]
+            hidden = causal.clone()
+            hidden[2, 0] = False                                                            # 2 may not see 0
+            try:
+                with torch.no_grad():
+                    a, b = (model(input_ids=ids, position_ids=ids, use_cache=False, attention_mask=
+                                  attention_mask_4d(m, 1, 0, 3, model.dtype, ids.device)).logits[0, 2]
+                            for m in (causal, hidden))                                      # [V], [V]
+                problem = "it ignores them" if torch.equal(a, b) else None
+            except Exception as e:  # e.g. Bloom reads a 2D mask for its ALiBi: "too many values to unpack"
+                problem = f"it fails on them ({type(e).__name__}: {e})"
+        _MASK_PROBES[key] = problem
+    return _MASK_PROBES[key]
+
+
+def require_custom_masks(model, what: str = "tree drafts or lookahead decoding") -> None:
+    """Refuse, naming the architecture, a model that `custom_mask_problem` finds fault with."""
+    problem = custom_mask_problem(model)
+    if problem:
+        raise NotImplementedError(f"{type(model).__name__} cannot run {what}: custom 4D attention masks are needed, "
+                                  f"and {problem}. Use a chain, DraftModelDrafter(draft, gamma=4), or "
+                                  "PromptLookupDrafter(), which need none")
 
 
 def crop(cache, length: int) -> None:

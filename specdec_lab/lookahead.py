@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from specdec_lab import lm
-from specdec_lab.decoding import Generation, _eos_set, _prompt
-from specdec_lab.ngram import NgramPool, _positive_int
+from specdec_lab import checks, lm
+from specdec_lab.decoding import Generation, _prompt
+from specdec_lab.ngram import NgramPool
 
 __all__ = ["jacobi_iteration", "jacobi_decode", "JacobiResult", "lookahead_layout", "lookahead_generate"]
 
@@ -64,8 +64,8 @@ def jacobi_decode(target, input_ids, n: int, guess=None) -> JacobiResult:
     are certainly right (slot i only depends on slots < i), so n passes always reach the greedy output.
     The prompt is cached once; each pass feeds [last prompt token, guess[:-1]] and crops the cache back.
     """
-    n = _positive_int(n, "n", "tokens to decode in parallel")
-    ids = _prompt(target, input_ids, n)  # [1, T]
+    n = checks.integer(n, "n", "tokens to decode in parallel")
+    ids, _ = _prompt(target, input_ids, n)  # [1, T]
     T = ids.shape[1]
     y = ids[0, -1:].repeat(n) if guess is None else torch.as_tensor(guess, dtype=torch.long, device=ids.device)
     if y.shape != (n,):
@@ -122,16 +122,6 @@ def lookahead_layout(pending: int, window: int, levels: int, guesses: int, ngram
     return mask, offsets
 
 
-def _check_sizes(window, ngram, guesses) -> tuple[int, int, int]:
-    window = _positive_int(window, "window", "Jacobi window width W")
-    ngram = _positive_int(ngram, "ngram", "n-gram size N")
-    guesses = _positive_int(guesses, "guesses", "n-grams verified per step G")
-    if ngram < 2:
-        raise ValueError(f"ngram (n-gram size N) must be >= 2: a key token plus at least one drafted token, "
-                         f"got {ngram}")
-    return window, ngram, guesses
-
-
 @torch.inference_mode()
 def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id=None, window: int = 4,
                        ngram: int = 4, guesses: int = 4, seed: int = 0, prompt_ngrams: bool = False) -> Generation:
@@ -142,11 +132,18 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
     no n-gram is collected. prompt_ngrams: also fill the pool with the prompt's own n-grams at the start.
     Generation.accept_lengths: pooled tokens accepted per pass; draft_lengths: N - 1 when guesses were verified
     (else 0); draft_nodes: guess tokens verified per pass (the window's tokens ride along unverified).
+    Context: nothing is read past the target's position table. In the last N - 2 positions the guesses are
+    cut to what fits; in the last W + N - 3 the window is left out (the pass verifies guesses only).
     """
     start = time.perf_counter()
-    W, N, G = _check_sizes(window, ngram, guesses)
-    ids = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
-    eos = _eos_set(eos_token_id)
+    W = checks.integer(window, "window", "Jacobi window width W")
+    N = checks.integer(ngram, "ngram", "n-gram size N", 2, "a key token plus at least one drafted token")
+    G = checks.integer(guesses, "guesses", "n-grams verified per step G")
+    seed = checks.integer(seed, "seed", "seeds the first window", 0)
+    ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
+    eos = checks.eos_ids(eos_token_id)
+    lm.require_custom_masks(target, "lookahead decoding")
+    context = lm.context_length(target) or float("inf")
     committed = ids[0].tolist()
     T0 = len(committed)
     pool = NgramPool(N, G)
@@ -158,18 +155,21 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
     gen = Generation(tokens=[], target_calls=0)
     while len(committed) - T0 < max_new_tokens:
         past = lm.cache_len(cache)  # = len(committed) - 1 after the first pass
-        P, L = len(committed) - past, len(levels)
-        cands = pool.get(committed[-1])[-G:]  # the G most recently seen n-grams after the current token
-        mask, offsets = lookahead_layout(P, W, L, len(cands), N)
-        x = committed[past:] + [t for row in levels for t in row] + [t for c in cands for t in c]
+        room = context - len(committed)  # positions left after the current token's
+        P = len(committed) - past
+        L = len(levels) if len(levels) + W - 1 <= room else 0  # the window reaches position T + L + W - 2
+        m = min(N - 1, room)  # guess tokens per n-gram: they sit at positions T .. T + m - 1
+        cands = [c[:m] for c in pool.get(committed[-1])[-G:]]  # the G most recently seen n-grams after it
+        mask, offsets = lookahead_layout(P, W, L, len(cands), m + 1)
+        x = committed[past:] + [t for row in levels[:L] for t in row] + [t for c in cands for t in c]
         best = lm.forward(target, torch.tensor([x], device=ids.device), cache,
                           positions=past + offsets.to(ids.device), mask=mask)[0].argmax(-1).tolist()  # [n]
         # verification: pred[i] = the target's token after the current one and guess tokens 0..i-1
         emitted, used = [best[P - 1]], []
         for g, cand in enumerate(cands):
-            base = P + L * W + g * (N - 1)
-            pred = [best[P - 1]] + best[base:base + N - 1]  # [N]
-            k = next((i for i in range(N - 1) if cand[i] != pred[i]), N - 1)
+            base = P + L * W + g * m
+            pred = [best[P - 1]] + best[base:base + m]  # [m + 1]
+            k = next((i for i in range(m) if cand[i] != pred[i]), m)
             if k + 1 > len(emitted):
                 emitted, used = pred[:k + 1], list(range(base, base + k))  # input indices of accepted tokens
         accepted = len(emitted) - 1
@@ -178,7 +178,7 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
         if L == N - 1:
             pool.update([row[j] for row in levels] + [out[j]] for j in range(W))
             levels = levels[1:] + [out]
-        else:
+        elif L:
             levels.append(out)
         # commit, cut at the budget and at EOS, keep the KV of the committed tokens only
         emitted = emitted[:max_new_tokens - (len(committed) - T0)]
@@ -194,8 +194,8 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
         assert lm.cache_len(cache) == len(committed) - 1, f"cache {lm.cache_len(cache)}, text {len(committed)}"
         gen.target_calls += 1
         gen.accept_lengths.append(accepted)
-        gen.draft_lengths.append(N - 1 if cands else 0)
-        gen.draft_nodes.append(len(cands) * (N - 1))  # the window's L*W tokens are computed too, not verified
+        gen.draft_lengths.append(m if cands else 0)
+        gen.draft_nodes.append(len(cands) * m)  # the window's L*W tokens are computed too, not verified
         if hit is not None:
             break
     gen.tokens = committed[T0:]

@@ -29,8 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specdec_lab import checks, lm
 from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
+from specdec_lab.precision import autocast
 from specdec_lab.tree import DraftTree, choices_parents
 
 __all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES", "head_loss", "train_heads",
@@ -103,6 +105,7 @@ class MedusaHeads(nn.Module):
         """The heads shipped with the zoo (trained on the frozen zoo target by `specdec-lab train-zoo`)."""
         from safetensors.torch import load_file
 
+        checks.model(target, "target", "pass the zoo target: target, draft, tok = zoo.load_pair('tiny')")
         path = Path(path)
         if not (path / "heads.safetensors").exists():
             raise FileNotFoundError(f"no Medusa heads in {path}: run `specdec-lab train-zoo --stage medusa`")
@@ -179,11 +182,13 @@ def head_loss(logits: Tensor, labels: Tensor, weights: Sequence[float] | None = 
 
 
 def train_heads(heads: MedusaHeads, hidden: Tensor, labels: Tensor, steps: int = 300, batch: int = 8,
-                lr: float = 1e-3, seed: int = 0, log_every: int = 25, progress: bool = True) -> list[tuple]:
+                lr: float = 1e-3, seed: int = 0, log_every: int = 25, progress: bool = True,
+                precision: str = "auto") -> list[tuple]:
     """Train the heads on cached hidden states [N, T, H] and labels [N, T]; returns the log [(step, ce_0, ..)].
 
-    AdamW with a short warmup and cosine decay, bf16 autocast for the matrix products. Each step reads
-    `batch` random cached windows; the target is never run here.
+    AdamW with a short warmup and cosine decay. Each step reads `batch` random cached windows; the target is
+    never run here. precision: "auto" runs the products in bf16 only where the hardware does bf16 natively
+    (see `precision.autocast`), "fp32" gives the same numbers on every machine.
     """
     from tqdm.auto import tqdm
 
@@ -197,7 +202,7 @@ def train_heads(heads: MedusaHeads, hidden: Tensor, labels: Tensor, steps: int =
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
         idx = torch.randint(0, len(hidden), (batch,), generator=g)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=hidden.device.type == "cpu"):
+        with autocast(hidden.device, precision):
             logits = heads(hidden[idx].float())  # [K, b, T, V]
             loss, per_head = head_loss(logits, labels[idx])
         loss.backward()
@@ -248,14 +253,21 @@ class MedusaDrafter(Drafter):
 
     def __init__(self, heads: MedusaHeads, choices: Sequence[Sequence[int]] = DEFAULT_CHOICES,
                  typical: tuple[float, float] | None = None):
-        self.heads, self.choices = heads, [tuple(c) for c in choices]
+        checks.instance(heads, MedusaHeads, "heads", "MedusaDrafter.from_zoo(target), or "
+                        "MedusaDrafter(MedusaHeads.from_zoo(target))")
+        self.heads, self.choices = heads, checks.choices(choices)
         self.parents = choices_parents(self.choices)
         depth = max(len(c) for c in self.choices)
         if depth > heads.num_heads:
-            raise ValueError(f"the choices are {depth} deep but there are only {heads.num_heads} heads")
+            raise checks.ArgumentError(f"the choices are {depth} deep but there are only {heads.num_heads} heads: "
+                                       f"keep paths of at most {heads.num_heads} ranks")
         self.topk = max(max(c) for c in self.choices) + 1
-        if typical is not None and not (0 < typical[0] <= 1 and typical[1] > 0):
-            raise ValueError(f"typical must be (threshold in (0, 1], alpha > 0), got {typical}")
+        if typical is not None:
+            if not isinstance(typical, (tuple, list)) or len(typical) != 2:
+                raise checks.ArgumentError(f"typical must be None (exact) or (threshold, alpha), e.g. (0.09, 0.3), "
+                                           f"got {typical!r}")
+            typical = (checks.real(typical[0], "typical's threshold", "in (0, 1]", lambda t: 0 < t <= 1),
+                       checks.real(typical[1], "typical's alpha", "> 0", lambda a: a > 0))
         self.typical = typical
         self.h = None  # [H] the target's last hidden state
 
@@ -267,6 +279,7 @@ class MedusaDrafter(Drafter):
     def start(self, target, ids: Tensor) -> None:
         if target.config.hidden_size != self.heads.heads[0].linear.in_features:
             raise ValueError("these Medusa heads were trained for another target (hidden sizes differ)")
+        lm.require_custom_masks(target, "Medusa's tree")
         self.h = None
 
     @torch.no_grad()

@@ -14,28 +14,16 @@ Three small tables of the same idea:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Hashable, Iterable, Sequence
 
 from torch import Tensor
 
+from specdec_lab import checks
 from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.tree import DraftTree
 
 __all__ = ["prompt_lookup", "PromptLookupDrafter", "ngram_table", "NgramPool"]
-
-
-def _positive_int(value, name: str, meaning: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} ({meaning}) must be an int >= 1, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} ({meaning}) must be an int >= 1, got {value!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} ({meaning}) must be an int >= 1, got {value}")
-    return value
 
 
 def _token_list(ids) -> list[int]:
@@ -55,8 +43,8 @@ def prompt_lookup(ids, num_tokens: int, max_ngram: int = 3) -> list[int]:
     ids: the committed text (a list, [T] or [1, T]). Tries n = max_ngram, max_ngram - 1, ..., 1 and stops at
     the first n whose suffix occurs earlier; [] when even the last token never occurred before.
     """
-    num_tokens = _positive_int(num_tokens, "num_tokens", "tokens to propose")
-    max_ngram = _positive_int(max_ngram, "max_ngram", "longest suffix to look up")
+    num_tokens = checks.integer(num_tokens, "num_tokens", "tokens to propose")
+    max_ngram = checks.integer(max_ngram, "max_ngram", "longest suffix to look up")
     seq = _token_list(ids)
     T = len(seq)
     for n in range(min(max_ngram, T - 1), 0, -1):
@@ -76,8 +64,8 @@ class PromptLookupDrafter(Drafter):
     """
 
     def __init__(self, num_tokens: int = 10, max_ngram: int = 3):
-        self.num_tokens = _positive_int(num_tokens, "num_tokens", "tokens drafted per step")
-        self.max_ngram = _positive_int(max_ngram, "max_ngram", "longest suffix to look up")
+        self.num_tokens = checks.integer(num_tokens, "num_tokens", "tokens drafted per step")
+        self.max_ngram = checks.integer(max_ngram, "max_ngram", "longest suffix to look up")
 
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
         n = min(self.num_tokens, limit)
@@ -93,7 +81,7 @@ def ngram_table(tokens: Sequence[Hashable], n: int = 4) -> dict:
     Built once from the prompt; a token enters only where n tokens follow it. Looking up the last generated
     token gives the draft: `table.get(token, ())`, nothing for a token never seen (or seen too late).
     """
-    n = _positive_int(n, "n", "tokens stored after each key")
+    n = checks.integer(n, "n", "tokens stored after each key")
     tokens = list(tokens)
     table = {}
     for i in range(len(tokens) - n):
@@ -109,10 +97,8 @@ class NgramPool:
     """
 
     def __init__(self, n: int, guesses: int):
-        self.n = _positive_int(n, "n", "n-gram size")
-        if self.n < 2:
-            raise ValueError(f"n (n-gram size) must be >= 2: a first token and at least one more, got {n}")
-        self.guesses = _positive_int(guesses, "guesses", "continuations kept per first token")
+        self.n = checks.integer(n, "n", "n-gram size", 2, "a first token and at least one more")
+        self.guesses = checks.integer(guesses, "guesses", "continuations kept per first token")
         self.table: dict[int, list[tuple[int, ...]]] = {}
 
     def add(self, ngram: Sequence[int]) -> None:

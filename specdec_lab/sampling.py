@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from specdec_lab import checks
+
 # How far (absolute) the sum of a probability row may be from 1. An fp32 softmax over a large
 # vocabulary stays well inside it; logits and unnormalized weights do not.
 SUM_TOL = 1e-4
@@ -29,12 +31,7 @@ def probs_from_logits(
     Apply the same call to target and draft logits so the accept test compares like with like.
     Temperature 0 returns a one-hot row on the argmax (top-k and top-p change nothing there).
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1 (or None), got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] (or None), got {top_p}")
+    temperature, top_k, top_p = checks.temperature(temperature), checks.top_k(top_k), checks.top_p(top_p)
     logits = logits.float()  # [..., V]
     if temperature == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()  # [..., V]

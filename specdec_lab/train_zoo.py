@@ -6,9 +6,22 @@ about 13 more:
 
     specdec-lab train-zoo                 # tokenizer, target, distilled draft, Medusa, EAGLE, model card
     specdec-lab train-zoo --stage models  # only the tokenizer, target and draft
-    specdec-lab train-zoo --stage medusa  # only the Medusa heads, on the shipped target (minutes)
-    specdec-lab train-zoo --stage eagle   # only the EAGLE-1 and EAGLE-3 drafts, on the shipped target
-    specdec-lab train-zoo --measure-only  # re-measure the card's figures from the shipped weights
+    specdec-lab train-zoo --stage medusa  # only the Medusa heads (minutes)
+    specdec-lab train-zoo --stage eagle   # only the EAGLE-1 and EAGLE-3 drafts
+    specdec-lab train-zoo --measure-only  # print the card's figures, measured from the weights (below)
+
+Everything goes to a work folder (--work DIR; by default ~/.cache/specdec-lab/zoo, or $XDG_CACHE_HOME/
+specdec-lab/zoo): training checkpoints at its top, the finished zoo in <work>/tiny, laid out like the shipped
+one, so these load it:
+
+    target, draft, tok = zoo.load_pair("<work>/tiny")
+    heads = MedusaHeads.from_zoo(target, "<work>/tiny/medusa")
+    net = EagleNet.from_zoo(target, 1, root="<work>/tiny")      # then EagleDrafter(net, dynamic=True)
+
+--stage medusa, --stage eagle and --measure-only use the pair in <work>/tiny when there is one, else the
+shipped pair. The shipped zoo inside the package changes only with --install, which first copies the files
+it will replace to <work>/backup-<date>-<time>/. --measure-only writes the model card only where asked:
+into --card DIR, or into the shipped zoo with --install.
 
 The corpus is the Python standard library of the running interpreter (tests excluded), split by
 file into train and validation. Training is resumable: interrupt it and run the command again.
@@ -19,7 +32,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
+import shutil
 import sysconfig
 import time
 from dataclasses import asdict, dataclass
@@ -28,10 +43,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specdec_lab.precision import autocast
+
 SEQ_LEN = 384
 VOCAB_SIZE = 4096
 EOS = "<|endoftext|>"
-ZOO_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"
+ZOO_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"  # the shipped zoo: written only with --install
 
 
 @dataclass
@@ -171,13 +188,13 @@ def val_loss(model, windows: torch.Tensor, batch: int = 16) -> float:
 
 
 def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, teacher=None,
-          seed: int = 0):
+          seed: int = 0, precision: str = "auto"):
     """Train one model with AdamW and a cosine schedule; resumes from work/<name>.pt.
 
     With a teacher, the loss is 0.9 KL(teacher || student) + 0.1 cross-entropy: the draft learns the
     target's whole next-token distribution, which is what raises agreement. Matrix products run in
-    bfloat16 under autocast (about twice as fast on a CPU with AVX512-BF16); weights, optimizer state
-    and the loss stay in float32.
+    bfloat16 under autocast where the CPU does bf16 natively (about twice as fast with AVX512-BF16 or AMX;
+    `precision.autocast`), else in float32; weights, optimizer state and the loss stay in float32.
     """
     from tqdm.auto import tqdm
 
@@ -203,7 +220,7 @@ def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, t
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, spec.lr)
         x = batch_at(step, train_ids, spec.batch, seed)  # [B, T]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast(x.device, precision):
             logits = model(input_ids=x).logits[:, :-1].float()  # [B, T-1, V]
             if teacher is not None:
                 with torch.no_grad():
@@ -318,6 +335,7 @@ def n_params(model) -> int:
 def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
     """The model card: a README.md (for people) and card.json (for tests and notebooks)."""
     card = {"figures": figures, "training": training}
+    zoo_dir.mkdir(parents=True, exist_ok=True)
     (zoo_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     f, t = figures, training
     lines = [
@@ -325,8 +343,9 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
         "",
         "Two small Llama-architecture causal LMs trained from scratch on the Python standard library",
         f"(Python {t['python']}, tests excluded; {t['train_files']} training files, {t['val_files']} "
-        "validation files, split by a hash of the path). Regenerate everything with `specdec-lab train-zoo`;",
-        "re-measure these figures from the shipped weights with `specdec-lab train-zoo --measure-only`.",
+        "validation files, split by a hash of the path). Regenerate everything with `specdec-lab train-zoo`",
+        "(into a work folder; `--install` replaces the shipped zoo, keeping a backup); re-measure these figures",
+        "with `specdec-lab train-zoo --measure-only`.",
         "",
         "| | target | draft |",
         "|---|---|---|",
@@ -366,8 +385,8 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
 MEDUSA = {"heads": 4, "windows": 1200, "seq_len": 256, "steps": 400, "batch": 8, "lr": 1e-3, "val_windows": 64}
 
 
-def train_medusa(zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
-    """Medusa-1 heads on the frozen zoo target, self-distilled; saved to zoo_dir/medusa. Minutes on a CPU.
+def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
+    """Medusa-1 heads on the frozen target of zoo_dir, self-distilled; saved to out_dir/medusa. Minutes on a CPU.
 
     The target reads 1200 random training windows once (its last hidden states are cached in bf16), then
     only the heads train. Labels are the target's own greedy predictions (see medusa.self_labels); the
@@ -393,7 +412,7 @@ def train_medusa(zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
             "log": log, "seconds": round(time.time() - t0, 1),
             "val_accuracy_vs_target": medusa.head_accuracy(heads, v_hidden, medusa.self_labels(val, v_best)),
             "val_accuracy_vs_text": medusa.head_accuracy(heads, v_hidden, val)}
-    heads.save(zoo_dir / "medusa", meta=card)
+    heads.save(out_dir / "medusa", meta=card)
     print(json.dumps({k: card[k] for k in ("seconds", "val_accuracy_vs_target", "val_accuracy_vs_text")}))
     return card
 
@@ -405,8 +424,8 @@ EAGLE = {"windows": 800, "seq_len": 256, "steps": 1200, "batch": 8, "lr": 3e-3, 
          "val_windows": 48, "noise": {1: 0.1, 3: 0.0}, "ttt_steps": {1: 1, 3: 3}}
 
 
-def train_eagle(zoo_dir: Path = ZOO_DIR, version: int = 1, steps: int | None = None) -> dict:
-    """An EAGLE-1 or EAGLE-3 draft for the frozen zoo target, self-distilled; saved to zoo_dir/eagle{version}.
+def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
+    """An EAGLE-1 or EAGLE-3 draft for the frozen target of zoo_dir, self-distilled; saved to out_dir/eagle{version}.
 
     Both versions read the same cached target states of the same training windows for the same number of
     steps (the same data budget): EAGLE-1 the last hidden state, with feature regression + 0.1 token CE;
@@ -438,22 +457,55 @@ def train_eagle(zoo_dir: Path = ZOO_DIR, version: int = 1, steps: int | None = N
             "log": log, "seconds": seconds, "train_seconds": train_seconds, "threads": torch.get_num_threads(),
             "val_accuracy_vs_target": [round(a, 4) for a in eagle.eagle_accuracy(net, v_states, val, v_best)]}
     del states
-    net.save(zoo_dir / f"eagle{version}", meta=card)
+    net.save(out_dir / f"eagle{version}", meta=card)
     print(json.dumps({k: card[k] for k in ("seconds", "train_seconds", "val_accuracy_vs_target")}))
     return card
 
 
-def main(work: Path, measure_only: bool = False, train_only: bool = False, threads: int = 1,
-         stage: str = "all") -> None:
-    zoo_dir = ZOO_DIR
-    if stage == "medusa":
+def default_work() -> Path:
+    """train-zoo's work folder unless --work names one: the user's cache, never the installed package."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-lab" / "zoo"
+
+
+# What each stage writes into a zoo folder, so what --install replaces (after a backup).
+WRITES = {"models": ["target", "draft", "card.json", "README.md"], "medusa": ["medusa"],
+          "eagle": ["eagle1", "eagle3"], "card": ["card.json", "README.md"]}
+WRITES["all"] = WRITES["models"] + WRITES["medusa"] + WRITES["eagle"]
+
+
+def backup(zoo_dir: Path, names: list[str], work: Path) -> Path | None:
+    """Copy zoo_dir's entries among `names` to work/backup-<date>-<time>/; that folder, or None if none exist."""
+    present = [name for name in names if (zoo_dir / name).exists()]
+    if not present:
+        return None
+    dest = work / f"backup-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir(parents=True)
+    for name in present:
+        (shutil.copytree if (zoo_dir / name).is_dir() else shutil.copy2)(zoo_dir / name, dest / name)
+    return dest
+
+
+def main(work: Path | None = None, measure_only: bool = False, train_only: bool = False, threads: int = 1,
+         stage: str = "all", install: bool = False, card: Path | None = None) -> None:
+    """`specdec-lab train-zoo`: see the module's docstring. card: also write the model card into this folder."""
+    work = Path(work) if work else default_work()
+    zoo_dir = ZOO_DIR if install else work / "tiny"  # the zoo this run writes
+    if install:
+        saved = backup(ZOO_DIR, WRITES["card" if measure_only else stage], work)
+        print(f"--install: writing into the shipped zoo, {ZOO_DIR}" +
+              (f"; the files it replaces are backed up in {saved}" if saved else ""))
+    elif not measure_only:
+        print(f"writing to {zoo_dir} (the shipped zoo stays as it is; --install would replace it)")
+    # The pair that heads train for and that --measure-only measures: this zoo's own, else the shipped one.
+    source = zoo_dir if (zoo_dir / "target" / "config.json").exists() else ZOO_DIR
+    if stage in ("medusa", "eagle"):
         torch.set_num_threads(threads)
-        train_medusa(zoo_dir)
-        return
-    if stage == "eagle":
-        torch.set_num_threads(threads)
-        for version in (1, 3):
-            train_eagle(zoo_dir, version)
+        print(f"{stage}: training for the target in {source}")
+        if stage == "medusa":
+            train_medusa(zoo_dir, source)
+        else:
+            for version in (1, 3):
+                train_eagle(zoo_dir, version, source)
         return
     if not measure_only:
         # One thread: as fast as two here with bf16, and immune to stalls when other work takes a core.
@@ -492,14 +544,22 @@ def main(work: Path, measure_only: bool = False, train_only: bool = False, threa
                       "seconds": round(d_state["seconds"], 1), "log": d_state["log"]},
         }
         (zoo_dir / "card.json").write_text(json.dumps({"figures": None, "training": training}, indent=2) + "\n")
+        source = zoo_dir
         if stage == "all":
-            train_medusa(zoo_dir)  # the heads of chapter 05, on the target just saved
+            train_medusa(zoo_dir, zoo_dir)  # the heads of chapter 05, on the target just saved
             for version in (1, 3):  # the EAGLE drafts of chapter 06, likewise
-                train_eagle(zoo_dir, version)
+                train_eagle(zoo_dir, version, zoo_dir)
         torch.set_num_threads(default_threads)  # latencies are measured with the default thread count
         if train_only:
             return
-    training = json.loads((zoo_dir / "card.json").read_text())["training"]
-    figures = measure(zoo_dir)
+    print(f"measuring the pair in {source}")
+    training = json.loads((source / "card.json").read_text())["training"]
+    figures = measure(source)
     print(json.dumps({k: v for k, v in figures.items() if k != "target_samples"}, indent=2))
-    write_card(zoo_dir, figures, training)
+    folders = [zoo_dir] if install or not measure_only else []  # a training run's card goes beside its models
+    folders += [Path(card)] if card else []  # --measure-only writes it only where asked
+    for folder in folders:
+        write_card(folder, figures, training)
+        print(f"wrote the model card (README.md, card.json) to {folder}")
+    if not folders:
+        print("the card was not written: --card DIR writes it there, --install into the shipped zoo")

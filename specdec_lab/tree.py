@@ -27,7 +27,7 @@ from itertools import product
 import torch
 from torch import Tensor
 
-from specdec_lab import lm
+from specdec_lab import checks, lm
 from specdec_lab.sampling import verify_candidates
 
 __all__ = ["DraftTree", "tree_mask", "tree_depths", "tree_positions", "tree_forward", "tree_logits",
@@ -151,11 +151,8 @@ def branching_parents(branching: Sequence[int]) -> list[int]:
 
     [2, 2, 1, 1] -> 2 + 4 + 4 + 4 = 14 nodes; a chain of depth γ is [1] * γ.
     """
-    if not branching or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in branching):
-        raise ValueError(f"branching must be a non-empty list of ints >= 1 (children per node at each level), "
-                         f"got {branching!r}")
     parents, frontier = [], [-1]
-    for b in branching:
+    for b in checks.branching(branching):
         level = []
         for p in frontier:
             for _ in range(b):

@@ -157,3 +157,30 @@ def draw_mask(mask, labels: list[str] | None = None, ax=None, title: str | None 
     if title:
         ax.set_title(title, fontsize=10)
     return ax
+
+
+def progress(iterable=None, desc: str | None = None, total: int | None = None, **kwargs):
+    """A text progress bar (tqdm) on stderr for a cell that runs for a while: live count, rate and time left.
+
+    Its last line leaves out the times ("prompts: 100%|██████████| 52/52"), so a notebook replayed under nbval
+    shows the same text as the committed one (nbval keeps only what follows a stream's last carriage return).
+    Use it like tqdm: `for x in progress(xs, "prompts")`, or `bar = progress(total=n)` and `bar.update()`.
+    """
+    import sys
+
+    from tqdm.std import tqdm
+
+    class _Progress(tqdm):
+        def close(self):
+            if self.disable or not self.leave:
+                return super().close()
+            self.leave = False
+            super().close()  # erases the live line (tqdm pads it with spaces: their number varies)
+            self.leave = True
+            self.bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt}"  # the last line: no times, no padding
+            self.fp.write(f"\r{self}\n")
+            self.fp.flush()
+
+    kwargs.setdefault("mininterval", 1.0)
+    kwargs.setdefault("file", sys.stderr)
+    return _Progress(iterable, desc=desc, total=total, **kwargs)

@@ -7,7 +7,9 @@ widgets do not render (a repository page, a PDF, nbviewer).
     tree_grid()       its static fallback
 
 Used by notebooks/02_speedup_economics.ipynb and 04_tree_attention.ipynb. The batch dimension uses a roofline
-model of a real model on a real accelerator (default: seed 004's Qwen2.5-7B on an H100, `economics.QWEN25_7B_ON_H100`).
+model of a real model on a real accelerator (default: Qwen2.5-7B on an H100, `economics.QWEN25_7B_ON_H100`).
+Where no kernel runs, an explorer's saved output is a one-line placeholder (EXPLORER_TEXT, TREE_EXPLORER_TEXT)
+rather than ipywidgets' `VBox(children=...` text; tests/test_browser.py checks both explorers in JupyterLab.
 """
 
 from __future__ import annotations
@@ -18,6 +20,29 @@ __all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary", 
            "tree_explorer", "tree_grid"]
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+EXPLORER_TEXT = ("[the explorer: sliders for α, γ, c and batch size. Run this cell in a live kernel (JupyterLab, "
+                 "Colab) to use it; the static grid below shows the same curves.]")
+TREE_EXPLORER_TEXT = ("[the tree explorer: sliders for tree width, depth, α and costs, and a button that runs the real "
+                      "pair. Run this cell in a live kernel (JupyterLab, Colab) to use it; the static grid below "
+                      "shows the same curves.]")
+
+
+def _box(rows, label: str):
+    """A VBox of `rows` whose text form (what a page without a live kernel shows instead of the widget) is
+    `label`, not the long `VBox(children=(HBox(children=(FloatSlider(...` of ipywidgets."""
+    import ipywidgets as w
+
+    class Explorer(w.VBox):
+        def __repr__(self):
+            return label
+
+        def _repr_mimebundle_(self, **kwargs):
+            data = super()._repr_mimebundle_(**kwargs)
+            if data:
+                data["text/plain"] = label  # whole: ipywidgets cuts a text form at 110 characters
+            return data
+
+    return Explorer(rows)
 
 
 def _curve(model: Roofline, alpha: float, c: float, batch: int | None, max_gamma: int) -> list[float]:
@@ -48,8 +73,13 @@ def summary(alpha: float, gamma: int, c: float, batch: int = 1, model: Roofline 
 
 def _draw(ax, model, alpha, gamma, c, batch, max_gamma, legend=True):
     xs = range(1, max_gamma + 1)
-    for b, style, label in [(None, "--", "verification free"), (batch, "-", f"batch {batch}, roofline")]:
-        ys = _curve(model, alpha, c, b, max_gamma)
+    free, at_batch = _curve(model, alpha, c, None, max_gamma), _curve(model, alpha, c, batch, max_gamma)
+    if all(abs(a - b) < 1e-9 for a, b in zip(free, at_batch)):  # one curve hidden under the other: label it once
+        curves = [(None, "-", f"batch {batch}, roofline: verification free")]
+    else:
+        curves = [(None, "--", "verification free"), (batch, "-", f"batch {batch}, roofline")]
+    for b, style, label in curves:
+        ys = free if b is None else at_batch
         line, = ax.plot(xs, ys, style, label=label)
         best = _best(model, alpha, c, b, max_gamma)
         if best:
@@ -99,8 +129,8 @@ def explorer(model: Roofline = QWEN25_7B_ON_H100, max_gamma: int = 16, alpha: fl
     for s in sliders.values():
         s.observe(update, names="value")
     update()
-    return w.VBox([w.HBox([sliders["alpha"], sliders["gamma"]]), w.HBox([sliders["c"], sliders["batch"]]),
-                   text, plot])
+    return _box([w.HBox([sliders["alpha"], sliders["gamma"]]), w.HBox([sliders["c"], sliders["batch"]]), text, plot],
+                EXPLORER_TEXT)
 
 
 def speedup_grid(model: Roofline = QWEN25_7B_ON_H100, alphas=(0.6, 0.7, 0.8, 0.9), cs=(0.02, 0.05, 0.15),
@@ -172,7 +202,8 @@ def _tree_curves(ax, shapes, hit, c, v_max, v_now=None, legend=True):
     from specdec_lab.economics import tree_nodes, tree_speedup
 
     vs = [v_max * i / 50 for i in range(51)]
-    for shape in shapes:
+    unique = [list(s) for i, s in enumerate(shapes) if list(s) not in [list(t) for t in shapes[:i]]]
+    for shape in unique:  # a shape listed twice (a tree of width 1 is the chain) is drawn and labelled once
         ax.plot(vs, [tree_speedup(shape, hit, c, v) for v in vs], label=f"{shape}: {tree_nodes(shape)} nodes")
     if v_now is not None:
         ax.axvline(v_now, color="gray", lw=0.8)
@@ -246,14 +277,15 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
+    label = {"style": {"description_width": "initial"}}  # the whole label, however long ("v (per node)")
     sliders = {
-        "width": w.IntSlider(value=width, min=1, max=4, description="width"),
-        "depth": w.IntSlider(value=depth, min=1, max=6, description="depth"),
-        "wide_levels": w.IntSlider(value=wide_levels, min=0, max=6, description="wide levels"),
-        "hit": w.FloatSlider(value=hit, min=0.0, max=1.0, step=0.01, description="α (hit rate)"),
-        "c": w.FloatSlider(value=c, min=0.0, max=0.5, step=0.01, description="c (draft)"),
+        "width": w.IntSlider(value=width, min=1, max=4, description="width", **label),
+        "depth": w.IntSlider(value=depth, min=1, max=6, description="depth", **label),
+        "wide_levels": w.IntSlider(value=wide_levels, min=0, max=6, description="wide levels", **label),
+        "hit": w.FloatSlider(value=hit, min=0.0, max=1.0, step=0.01, description="α (hit rate)", **label),
+        "c": w.FloatSlider(value=c, min=0.0, max=0.5, step=0.01, description="c (draft)", **label),
         "v": w.FloatSlider(value=v, min=0.0, max=v_max, step=v_max / 50, description="v (per node)",
-                           readout_format=".3f"),
+                           readout_format=".3f", **label),
     }
     text, plot = w.HTML(), w.Output()
 
@@ -283,21 +315,32 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
     if pair is not None and prompts:
         target, draft, tok = pair
         choice = w.Dropdown(options=[(p["id"], i) for i, p in enumerate(prompts)], description="prompt")
-        button, result = w.Button(description="run the real pair"), w.HTML()
+        idle = "run the real pair"
+        button, result = w.Button(description=idle, icon="play"), w.HTML()
 
         def run(_=None):
-            device = next(target.parameters()).device
-            ids = tok(prompts[choice.value]["prompt"], return_tensors="pt").input_ids.to(device)  # [1, T]
-            m = measure_tree(target, draft, ids, shape(), max_new_tokens, tok.eos_token_id)
-            hits = ", ".join(f"{h:.2f}" for h in m["hit"])
-            result.value = (f"{prompts[choice.value]['id']}, tree {m['branching']}: measured τ <b>"
-                            f"{m['measured_tau']:.2f}</b>, predicted <b>{m['predicted_tau']:.2f}</b> from this prompt's "
-                            f"top-k hit rates ({hits}); {m['target_calls']} target passes, "
-                            f"output identical to greedy: {m['same_as_greedy']}")
+            name, branching = prompts[choice.value]["id"], shape()
+            button.disabled, button.description, button.icon = True, "running…", "hourglass-half"
+            result.value = (f"running the real pair on {name} with tree {branching} ({max_new_tokens} new tokens, "
+                            "three decodes: target alone, draft's top-k, speculative)…")
+            try:
+                device = next(target.parameters()).device
+                ids = tok(prompts[choice.value]["prompt"], return_tensors="pt").input_ids.to(device)  # [1, T]
+                m = measure_tree(target, draft, ids, branching, max_new_tokens, tok.eos_token_id)
+                hits = ", ".join(f"{h:.2f}" for h in m["hit"])
+                result.value = (f"{name}, tree {m['branching']}: measured τ <b>{m['measured_tau']:.2f}</b>, "
+                                f"predicted <b>{m['predicted_tau']:.2f}</b> from this prompt's top-k hit rates "
+                                f"({hits}); {m['target_calls']} target passes, output identical to greedy: "
+                                f"{m['same_as_greedy']}")
+            except Exception as e:  # shown beside the button, where the learner looks
+                result.value = f"the run failed: {type(e).__name__}: {e}"
+                raise
+            finally:
+                button.disabled, button.description, button.icon = False, idle, "play"
 
         button.on_click(run)
         rows += [w.HBox([choice, button]), result]
-    return w.VBox(rows)
+    return _box(rows, TREE_EXPLORER_TEXT)
 
 
 def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, v_max: float = 0.1):
@@ -307,19 +350,26 @@ def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, v_max: f
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(cs), len(hits), figsize=(3.3 * len(hits), 2.6 * len(cs)), sharex=True,
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(len(cs), len(hits), figsize=(3.3 * len(hits), 2.6 * len(cs) + 0.5), sharex=True,
+                             squeeze=False)
     for row, c in zip(axes, cs):
         for ax, hit in zip(row, hits):
             _tree_curves(ax, shapes, hit, c, v_max, legend=False)
             ax.set_title(f"α = {hit}, c = {c}", fontsize=9)
             ax.set_xlabel("")
             ax.set_ylabel("")
+    # one y range for every panel, set after all of them are drawn: the highest curve anywhere fits
+    top = max(max(line.get_ydata()) for ax in axes.flat for line in ax.lines if len(line.get_ydata()) > 2)
+    for ax in axes.flat:
+        ax.set_ylim(0, 1.05 * top)
+    for ax in axes[:, 1:].flat:
+        ax.tick_params(labelleft=False)
     for ax in axes[-1]:
         ax.set_xlabel("v per node")
     for ax in axes[:, 0]:
         ax.set_ylabel("speedup")
-    axes[0, 0].legend(fontsize=7, loc="lower left")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels), frameon=False)
     fig.suptitle("estimated speedup of tree shapes as verification cost per node grows", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig

@@ -3,7 +3,11 @@
     target, draft, tok = load_pair("tiny")        # offline, seconds, any CPU
     target, draft, tok = load_pair("smollm2")     # the same code on a real pair (needs the Hub)
 
-The embedded pair was trained by `specdec-lab train-zoo`; see data/zoo/tiny/README.md (its model card).
+    target, draft, tok = load_pair("my-zoo")      # a folder holding target/ and draft/ (save_pretrained's)
+
+The embedded pair was trained by `specdec-lab train-zoo`; see data/zoo/tiny/README.md (its model card). A pair
+you train yourself with `specdec-lab train-zoo` lands in its work folder (printed when it starts):
+load_pair(<work>/tiny) loads it.
 """
 
 from __future__ import annotations
@@ -24,8 +28,29 @@ PAIRS = {
 }
 
 
+# Any of these in a local model folder means it holds a tokenizer (fast, sentencepiece or BPE files).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device) -> str:
+    """`device` as a string, or a ValueError saying why this machine cannot use it."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{device!r} is not a device: use cpu, cuda, cuda:1 or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        build = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU is visible"
+        raise ValueError(f"{device!r} is not available here ({build}): use cpu, or leave the device out to take "
+                         "the best one available")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"{device!r}: this machine has {torch.cuda.device_count()} GPU(s), numbered from 0")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"{device!r} (Apple GPU) is not available here: use cpu, or leave the device out")
+    return str(device)
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -38,8 +63,14 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _load_one(name_or_path: str, device: str, dtype: torch.dtype):
-    """(model, tokenizer) from a local folder, the local Hub cache, or the Hub; clear error when offline."""
+def _has_tokenizer(name_or_path: str) -> bool:
+    """A local folder holds tokenizer files (a Hub id: assume yes, transformers will tell)."""
+    path = Path(name_or_path)
+    return not path.is_dir() or any((path / f).exists() for f in TOKENIZER_FILES)
+
+
+def _load_one(name_or_path: str, device: str, dtype: torch.dtype, tokenizer: bool = True):
+    """(model, tokenizer or None) from a local folder, the Hub cache, or the Hub; clear error when offline."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -60,8 +91,8 @@ def _load_one(name_or_path: str, device: str, dtype: torch.dtype):
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # a weight-loading bar per model would clutter notebooks
         try:
-            tok = AutoTokenizer.from_pretrained(name_or_path, **extra)
             model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs, **extra)
+            tok = AutoTokenizer.from_pretrained(name_or_path, **extra) if tokenizer else None
             return model.to(device).eval(), tok
         except OSError:
             if i == len(sources) - 1:
@@ -86,32 +117,61 @@ def check_pair(target, draft, target_tok, draft_tok) -> None:
             f"logits to the tokenizer's {len(target_tok)} ids, or pick a pair with equal vocab_size.")
 
 
-def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None = None):
-    """Return (target, draft, tokenizer), both models in eval mode on `device`.
-
-    name: "tiny" (embedded, offline), a key of PAIRS, a folder holding target/ and draft/, or a
-    (target, draft) tuple of local paths or Hub ids. dtype defaults to float32 (exact comparisons)
-    on CPU and bfloat16 for Hub models on a GPU.
-    """
-    device = device or default_device()
+def resolve_pair(name) -> tuple[str, str]:
+    """(target, draft) for a load_pair name: local folders or Hub ids. Checks local folders, loads nothing."""
     if isinstance(name, (tuple, list)):
         if len(name) != 2:
             raise ValueError(f"expected (target, draft), got {len(name)} entries: {name!r}")
         target_id, draft_id = map(str, name)
-    elif name in EMBEDDED or (Path(name) / "target").is_dir():
-        root = EMBEDDED.get(name, Path(name))
-        if not (root / "target" / "model.safetensors").exists():
-            raise FileNotFoundError(f"the embedded pair is missing from {root}: run `specdec-lab train-zoo`.")
+    elif not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"load_pair takes a name, a folder or a (target, draft) tuple, not {type(name).__name__}")
+    elif name in EMBEDDED:
+        root = EMBEDDED[name]
+        if not all((root / m / "config.json").exists() for m in ("target", "draft")):
+            raise FileNotFoundError(f"the embedded pair is missing from {root}: this installation of specdec-lab is "
+                                    "incomplete; reinstall it (in a clone: git checkout specdec_lab/data)")
         target_id, draft_id = str(root / "target"), str(root / "draft")
     elif name in PAIRS:
         target_id, draft_id = PAIRS[name]
+    elif Path(name).is_dir():
+        root = Path(name)
+        missing = [f"{m}/" for m in ("target", "draft") if not (root / m).is_dir()]
+        if missing:
+            hint = " (it holds one model: pass (target, draft) paths)" if (root / "config.json").exists() else ""
+            raise FileNotFoundError(f"{root} has no {' and no '.join(missing)} folder{hint}: load_pair(folder) "
+                                    "wants folder/target and folder/draft, each written by save_pretrained")
+        target_id, draft_id = str(root / "target"), str(root / "draft")
     else:
-        raise ValueError(f"unknown pair {name!r}: use 'tiny', one of {sorted(PAIRS)}, a folder with "
+        raise ValueError(f"unknown pair {str(name)!r}: use 'tiny', one of {sorted(PAIRS)}, a folder with "
                          "target/ and draft/, or a (target_path, draft_path) tuple.")
+    for role, path in (("target", target_id), ("draft", draft_id)):
+        if Path(path).is_dir() and not (Path(path) / "config.json").exists():
+            raise FileNotFoundError(f"the {role} folder {path} has no config.json, so it holds no saved model: "
+                                    "write one with model.save_pretrained(folder)")
+    if not (_has_tokenizer(target_id) or _has_tokenizer(draft_id)):
+        raise FileNotFoundError(f"neither {target_id} nor {draft_id} holds tokenizer files "
+                                f"({', '.join(TOKENIZER_FILES)}): save the pair's tokenizer into one of them with "
+                                "tokenizer.save_pretrained(folder)")
+    return target_id, draft_id
+
+
+def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None = None):
+    """Return (target, draft, tokenizer), both models in eval mode on `device`.
+
+    name: "tiny" (embedded, offline), a key of PAIRS, a folder holding target/ and draft/, or a
+    (target, draft) tuple of local paths or Hub ids. Local folders are anything from_pretrained loads (one
+    safetensors file, shards with their index, pytorch_model.bin); the pair shares one tokenizer, so it may
+    live in just one of the two folders. dtype defaults to float32 (exact comparisons) on CPU and bfloat16
+    for Hub models on a GPU.
+    """
+    target_id, draft_id = resolve_pair(name)
+    device = check_device(device or default_device())
     if dtype is None:
         local = Path(target_id).is_dir()
         dtype = torch.bfloat16 if (device.startswith("cuda") and not local) else torch.float32
-    target, tok = _load_one(target_id, device, dtype)
-    draft, draft_tok = _load_one(draft_id, device, dtype)
+    target, tok = _load_one(target_id, device, dtype, _has_tokenizer(target_id))
+    draft, draft_tok = _load_one(draft_id, device, dtype, _has_tokenizer(draft_id))
+    if tok is None or draft_tok is None:  # one folder holds no tokenizer files: the pair shares the other's
+        tok = draft_tok = tok if tok is not None else draft_tok
     check_pair(target, draft, tok, draft_tok)
     return target, draft, tok

@@ -1,6 +1,15 @@
-"""Shared test settings."""
+"""Shared test settings, the lines that tell a learner how to run less than everything, and the order in which
+pytest-xdist hands out the work (longest notebooks first, so two workers finish together)."""
+import json
+from datetime import datetime
+from pathlib import Path
+
 import pytest
 import torch
+
+FAST = 'pytest tests -m "not browser"'
+HINT = (f"only the fast unit tests (about 10 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "
+        "one notebook: pytest notebooks/02_speedup_economics.ipynb")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -10,3 +19,42 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def pytest_report_header(config):
+    return [HINT]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """After a run that replayed notebooks (the long one), say again how to run only the fast tests."""
+    reports = [r for reports in terminalreporter.stats.values() for r in reports if hasattr(r, "nodeid")]
+    if any(r.nodeid.split("::")[0].endswith(".ipynb") for r in reports):
+        terminalreporter.write_line(HINT)
+
+
+def _recorded_seconds(path: Path) -> float:
+    """How long a notebook took when its outputs were committed (from the execution times nbclient records)."""
+    try:
+        cells = json.loads(path.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return 0.0
+    total = 0.0
+    for cell in cells:
+        run = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in run and "shell.execute_reply" in run:
+            start, end = (datetime.fromisoformat(run[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            total += (end - start).total_seconds()
+    return total
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Longest work first: notebooks by their recorded run time, then the test files in their own order.
+    With `--dist loadfile --no-loadscope-reorder` each file stays whole on one worker, taken in this order."""
+    cost = {}
+    for item in items:
+        path = Path(str(item.path))
+        if path not in cost:
+            cost[path] = _recorded_seconds(path) if path.suffix == ".ipynb" else 0.0
+    order = {path: i for i, path in enumerate(cost)}
+    items.sort(key=lambda item: (-cost[Path(str(item.path))], order[Path(str(item.path))]))

@@ -107,7 +107,7 @@ def test_prompt_lookup_equals_greedy_on_the_whole_suite(tiny):
         gen = decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=40, eos_token_id=tok.eos_token_id)
         if gen.tokens != want:
             wrong.append(p["id"])
-        taus.setdefault(p["category"], []).append(gen.mean_accepted)
+        taus.setdefault(p["category"], []).append(gen.tau)
     assert not wrong, f"prompt lookup differs from greedy decoding on {wrong}"
     assert sum(taus["edit"]) / len(taus["edit"]) > 1.5, "copy-heavy prompts should accept many copied tokens"
 

@@ -39,3 +39,75 @@ def test_speedup_grid_has_one_panel_per_batch_and_c():
     ys = ax.lines[0].get_ydata()
     assert ys[3] == pytest.approx(economics.speedup(0.7, 4, 0.05))
     plt.close(fig)
+
+
+def test_explorers_show_a_placeholder_not_their_widget_tree_as_text():
+    box = widgets.explorer()
+    assert repr(box) == widgets.EXPLORER_TEXT and "VBox(children" not in repr(box)
+    assert box._repr_mimebundle_()["text/plain"] == widgets.EXPLORER_TEXT  # what a page without a kernel shows
+    assert repr(widgets.tree_explorer()) == widgets.TREE_EXPLORER_TEXT
+    plt.close("all")
+
+
+def test_tree_explorer_labels_are_whole():
+    box = widgets.tree_explorer()
+    sliders = [s for row in box.children[:2] for s in row.children]
+    assert {s.description for s in sliders} >= {"v (per node)", "α (hit rate)", "wide levels"}
+    assert all(s.style.description_width == "initial" for s in sliders)
+    plt.close("all")
+
+
+def test_a_curve_under_another_gets_no_legend_entry_of_its_own():
+    fig, ax = plt.subplots()
+    widgets._draw(ax, economics.QWEN25_7B_ON_H100, 0.8, 4, 0.05, 1, 8)  # batch 1: the two curves coincide
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["batch 1, roofline: verification free"]
+    ax.clear()
+    widgets._draw(ax, economics.QWEN25_7B_ON_H100, 0.8, 4, 0.05, 256, 8)
+    assert len(ax.get_legend().get_texts()) == 2
+    ax.clear()
+    widgets._tree_curves(ax, [[1, 1, 1], [1, 1, 1]], 0.7, 0.05, 0.1)  # width 1: the tree is the chain
+    assert len(ax.get_legend().get_texts()) == 1
+    plt.close(fig)
+
+
+def test_tree_grid_fits_every_curve():
+    fig = widgets.tree_grid(hits=(0.6, 0.9), cs=(0.05, 0.3))
+    top = max(max(line.get_ydata()) for ax in fig.axes for line in ax.lines)
+    for ax in fig.axes:
+        lo, hi = ax.get_ylim()
+        assert lo == 0 and hi >= top, f"{ax.get_title()}: y axis ends at {hi:.2f}, a curve reaches {top:.2f}"
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == len(widgets.SHAPES)
+    plt.close(fig)
+
+
+def test_run_button_is_busy_while_it_runs(monkeypatch):
+    import torch
+
+    class Tok:
+        eos_token_id = None
+
+        def __call__(self, text, return_tensors):
+            return type("Enc", (), {"input_ids": torch.tensor([[1, 2, 3]])})()
+
+    seen = []
+    box = widgets.tree_explorer(pair=(torch.nn.Linear(1, 1), None, Tok()), prompts=[{"id": "p0", "prompt": "x"}])
+    button, result = box.children[-2].children[1], box.children[-1]
+
+    def measure(target, draft, ids, branching, max_new_tokens, eos):
+        seen.append((button.disabled, button.description, result.value))
+        return {"branching": branching, "hit": [0.5], "predicted_tau": 2.0, "measured_tau": 2.5, "target_calls": 4,
+                "nodes_per_pass": 3.0, "same_as_greedy": True}
+
+    monkeypatch.setattr(widgets, "measure_tree", measure)
+    button.click()
+    assert seen and seen[0][0] and seen[0][1] == "running…" and "running the real pair on p0" in seen[0][2]
+    assert not button.disabled and button.description == "run the real pair"
+    assert "measured τ <b>2.50</b>" in result.value and "identical to greedy: True" in result.value
+
+    def fail(*args):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(widgets, "measure_tree", fail)
+    button.click()  # ipywidgets logs a callback's exception; the button must come back all the same
+    assert not button.disabled and "the run failed: RuntimeError: out of memory" in result.value
+    plt.close("all")
