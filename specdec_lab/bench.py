@@ -216,7 +216,8 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
                      ) -> dict[str, Method | str]:
     """Every method of the course at one temperature: {name: method, or a string saying why it cannot run}.
 
-    The settings are the ones the chapters found best for the zoo pair: draft chain γ=3 (03), tree [2, 2, 1, 1]
+    The settings are the chapters' defaults for the zoo pair: draft chain γ=3 (03: near the peak of the measured
+    speedup, which is flat there; which γ is fastest changes from run to run), tree [2, 2, 1, 1]
     (04), Medusa's 24-node tree (05), EAGLE-1 chain γ=4 and EAGLE-2's dynamic tree for EAGLE-2 and -3 (06),
     prompt lookup (10 tokens, n-grams up to 3) and lookahead W=4, N=4, G=4 (07). zoo_drafters=False (a pair
     other than the zoo's) leaves out Medusa and EAGLE, whose heads were trained for the zoo target only.

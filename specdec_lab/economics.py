@@ -128,7 +128,8 @@ class Roofline:
         return weights / per_request if per_request > 0 else math.inf  # KV reads outgrow the arithmetic
 
 
-# Seed 004's example: Qwen2.5-7B (7.6B parameters, bf16) on an H100 SXM (3.35 TB/s, 989 dense TFLOP/s).
+# The course's roofline example (chapters 02, 04, 08): Qwen2.5-7B (Qwen Team 2024; 7.6B parameters, bf16) on an
+# H100 SXM (NVIDIA's data sheet: 3.35 TB/s, 989 dense bf16 TFLOP/s); roofline after Williams et al. 2009.
 # KV per token: 28 layers x 2 (K and V) x 4 KV heads x 128 dims x 2 bytes = 57,344 bytes.
 QWEN25_7B_ON_H100 = Roofline(params=7.6e9, bandwidth=3.35e12, peak_flops=989e12, bytes_per_param=2,
                              kv_bytes_per_token=57344, context=1024)
@@ -182,13 +183,14 @@ def tree_expected_tokens(branching: Sequence[int], hit: float | Sequence[float])
     return expected_tokens_by_depth(level_hit_rates(branching, hit))
 
 
-def tree_speedup(branching: Sequence[int], hit: float | Sequence[float], c: float, v: float = 0.0) -> float:
-    """S = E[tokens] / (1 + v·n + c·D): n = tree_nodes, D = depth, in target decode steps.
+def tree_speedup(branching: Sequence[int], hit: float | Sequence[float], c: float, s: float = 0.0) -> float:
+    """S = E[tokens] / (1 + s·n + c·D): n = tree_nodes, D = depth, in target decode steps.
 
-    The target reads the pending token plus n nodes in one pass costing 1 + v·n decode steps (v = extra cost
-    per verified token: about 0 on a GPU at batch 1, larger on a CPU or at large batch); the draft runs one
-    forward per level (its whole frontier at once), c decode steps each.
+    The target reads the pending token plus n nodes in one pass costing v(1 + n) ≈ 1 + s·n decode steps (s =
+    the extra cost of one verified node, the slope of chapter 04's fit: about 0 in the roofline of a GPU at
+    batch 1, larger on a CPU or at large batch); the draft runs one forward per level (its whole frontier at
+    once), c decode steps each.
     """
     c = _nonneg("c", c, "cost of one draft forward, in target decode steps")
-    v = _nonneg("v", v, "extra cost of one verified token, in target decode steps")
-    return tree_expected_tokens(branching, hit) / (1 + v * tree_nodes(branching) + c * len(branching))
+    s = _nonneg("s", s, "extra cost of one verified node, in target decode steps")
+    return tree_expected_tokens(branching, hit) / (1 + s * tree_nodes(branching) + c * len(branching))

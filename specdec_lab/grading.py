@@ -608,11 +608,11 @@ def check_expected_tokens(expected_tokens: Callable[[float, int], float]) -> Non
     passed("exercise 1: expected_tokens is right on 8 hidden cases, α = 0 and α = 1 included")
 
 
-SWEEP_ALPHA, SWEEP_C, SWEEP_GAMMAS = 0.7, 0.05, (4, 6, 8)  # seed 000's exercise 3
+SWEEP_ALPHA, SWEEP_C, SWEEP_GAMMAS = 0.7, 0.05, (4, 6, 8)  # exercise 02.2's question: α = 0.7, c = 0.05, γ = 4, 6, 8
 
 
 def check_speedup(speedup: Callable[[float, int, float], float], what_the_numbers_show: Callable[[], str]) -> None:
-    """Exercise 02.2: S = E[tokens] / (1 + γ·c), then seed 000's question about γ = 4, 6, 8."""
+    """Exercise 02.2: S = E[tokens] / (1 + γ·c) (Leviathan et al. 2023), then the question about γ = 4, 6, 8."""
     for alpha, gamma, c in [(0.8, 3, 0.1), (0.9, 7, 0.02), (0.5, 2, 0.3), (0.0, 4, 0.05), (1.0, 5, 0.0),
                             (0.6, 1, 0.0)]:
         case = f"speedup({alpha}, {gamma}, {c})"
@@ -733,8 +733,9 @@ def check_crossover_batch(crossover_batch: Callable) -> None:
 
 
 def _ngram_draft_reference(seq: list[int], gamma: int) -> list[int]:
-    """Seed 000's rule: copy what followed the most recent EARLIER occurrence of the last token; where there
-    is no match, or the copy runs past the end of the text, propose the last token."""
+    """Exercise 07.1's rule (a one-token prompt lookup, after Saxena 2023): copy what followed the most recent
+    EARLIER occurrence of the last token; where there is no match, or the copy runs past the end of the text,
+    propose the last token."""
     key = seq[-1]
     match = next((j for j in range(len(seq) - 2, -1, -1) if seq[j] == key), None)
     return [seq[match + k] if match is not None and match + k < len(seq) else key for k in range(1, gamma + 1)]
@@ -1046,12 +1047,12 @@ def _walk_tree(parents: list[int], tokens: list[int], best: list[int], after: li
 
 
 def check_verify_tree_greedy(verify_tree_greedy: Callable) -> None:
-    """Exercise 04.2 (seed 000's exercise 5): verify_tree_greedy(parents, tokens, target_logits) -> (path, bonus)."""
+    """Exercise 04.2: verify_tree_greedy(parents, tokens, target_logits) -> (path, bonus)."""
     g = _generator(41)
     shapes = [[-1, 0, 0, 1, 1, 2, 2], [-1, 0, 1, 2, 3], [-1, 0, 0, 0, 1, 2, 3, 4, 5, 6]]
     shapes += [[-1] + [p + 1 for p in _random_tree(n, g)] for n in (8, 12, 16, 20, 25)]
     cases = [(parents, *_greedy_tree_case(parents, g)) for parents in shapes for _ in range(4)]
-    # seed 000's layout by hand: the target predicts 8 after the root, 3 after node 2, 4 after node 4
+    # exercise 04.2's worked example by hand: the target predicts 8 after the root, 3 after node 2, 4 after node 4
     hand_logits = torch.full((6, 10), -1.0)
     for node, best in [(0, 8), (1, 2), (2, 3), (3, 0), (4, 4), (5, 5)]:
         hand_logits[node, best] = 1.0
@@ -1093,7 +1094,7 @@ def check_verify_tree_greedy(verify_tree_greedy: Callable) -> None:
 
 
 def check_tree_size(count_nodes: Callable[[list[int]], int], verify_cost: Callable[[list[int], int], float]) -> None:
-    """Exercise 04.3 (seed 004's exercise): node count of a branching; a verify pass's cost at a batch size."""
+    """Exercise 04.3: node count of a branching; a verify pass's cost at a batch size."""
     import math
 
     from specdec_lab.economics import QWEN25_7B_ON_H100 as gpu
@@ -1415,8 +1416,9 @@ def check_summarize(summarize: Callable) -> None:
            "in the same category, \"all\" included")
 
 
-# (alpha, gamma, batches, v = verify cost per batch, c = draft cost per batch): v from seed 004's Qwen2.5-7B
-# on an H100 roofline, c rising a little with the batch (the draft's own steps stop being free too).
+# (alpha, gamma, batches, v = verify cost per batch, c = draft cost per batch): v from the roofline of
+# Qwen2.5-7B on an H100 (economics.QWEN25_7B_ON_H100, chapter 02), c rising a little with the batch (the draft's
+# own steps stop being free too).
 def _switch_off_cases() -> list[tuple]:
     from specdec_lab.economics import QWEN25_7B_ON_H100 as m
 

@@ -8,7 +8,8 @@ Three small tables of the same idea:
   * `prompt_lookup`: search the text itself for its last n tokens (n = max_ngram .. 1) and propose what
     followed the most recent earlier match (prompt lookup decoding, Saxena 2023);
   * `ngram_table`: a dictionary from one token to the N tokens that followed its first occurrence, built once
-    from the prompt (seed 002's worked example);
+    from the prompt: this course's own simplification (one-token key, first occurrence wins) of the table-style
+    n-gram drafters of serving engines, such as TensorRT-LLM's NGram drafter (notebook 07, section 2);
   * `NgramPool`: lookahead decoding's pool, first token -> the G most recently seen (N-1)-token continuations.
 """
 
@@ -76,7 +77,10 @@ class PromptLookupDrafter(Drafter):
 
 
 def ngram_table(tokens: Sequence[Hashable], n: int = 4) -> dict:
-    """Seed 002's n-gram dictionary: each token -> the n tokens that followed its FIRST occurrence.
+    """An n-gram dictionary: each token -> the n tokens that followed its FIRST occurrence.
+
+    The course's simplified form of an engine's n-gram table (engines key on longer patterns and keep the table
+    up to date as text arrives); prompt lookup (Saxena 2023) searches the text instead.
 
     Built once from the prompt; a token enters only where n tokens follow it. Looking up the last generated
     token gives the draft: `table.get(token, ())`, nothing for a token never seen (or seen too late).

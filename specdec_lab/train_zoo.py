@@ -261,24 +261,30 @@ def agreement(target, draft, windows: torch.Tensor, batch: int = 16) -> float:
     return same / total
 
 
-@torch.no_grad()
-def decode_step_ms(model, context: int = 128, steps: int = 50, repeats: int = 5) -> float:
-    """Median latency of one cached single-token forward (the decode step) at a given context."""
-    from specdec_lab import lm
+# How the card times the decode step: measure.forward_costs, each model in a block of its own ("bench").
+C_CALLS, C_ROUNDS, C_CONTEXT = 5, 40, 128
+C_PROTOCOL = (f"bench pattern (each model timed in a block of its own, weights warm), 1 thread, context "
+              f"{C_CONTEXT}, minimum over {C_ROUNDS} interleaved rounds after a warm-up round; "
+              f"range over {C_CALLS} independent calls")
 
-    ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(0))
-    times = []
-    for _ in range(repeats):
-        cache = lm.new_cache(model)
-        lm.forward(model, ids, cache)
-        tok = ids[:, -1:]
-        for _ in range(steps):
-            t = time.perf_counter()
-            lm.forward(model, tok, cache)
-            times.append(time.perf_counter() - t)
-            lm.crop(cache, context)
-    times.sort()
-    return 1e3 * times[len(times) // 2]
+
+def decode_step_ms(target, draft, context: int = C_CONTEXT, rounds: int = C_ROUNDS, calls: int = C_CALLS) -> dict:
+    """The card's decode-step figures: one cached 1-token forward of each model, and c_bench = draft / target.
+
+    `calls` independent calls of measure.forward_costs(pattern="bench"), each the minimum over `rounds` rounds.
+    The step times are the minimum over all calls (load only adds time); c is the median of the calls' c and
+    c_range their min..max, the spread a reader should expect from one such measurement on this machine.
+    """
+    from specdec_lab import measure
+
+    runs = [measure.forward_costs({"target": target, "draft": draft}, [1], context=context, rounds=rounds,
+                                  pattern="bench", seed=i) for i in range(calls)]
+    t_ms = min(r[("target", 1)] for r in runs)
+    d_ms = min(r[("draft", 1)] for r in runs)
+    cs = [measure.cost_ratios(r)[0] for r in runs]
+    return {"target_step_ms": round(t_ms, 3), "draft_step_ms": round(d_ms, 3),
+            "c": round(sorted(cs)[len(cs) // 2], 3), "c_range": [round(min(cs), 3), round(max(cs), 3)],
+            "c_protocol": C_PROTOCOL}
 
 
 @torch.no_grad()
@@ -309,12 +315,9 @@ def measure(zoo_dir: Path = ZOO_DIR, n_val: int = 200) -> dict:
     w = val_windows(val_ids)
     idx = torch.linspace(0, len(w) - 1, min(n_val, len(w))).long()
     w = w[idx]
-    # Latencies with one thread, the setting every notebook and benchmark uses: models this small run
-    # fastest on one core, and a second thread stalls whenever anything else on the machine wants a core.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    t_ms, d_ms = decode_step_ms(target), decode_step_ms(draft)
-    torch.set_num_threads(threads)
+    # Latencies with one thread (measure.forward_costs sets it), the setting every notebook and benchmark uses:
+    # models this small run fastest on one core, and a second thread stalls whenever anything else wants a core.
+    steps = decode_step_ms(target, draft)
     return {
         "val_windows": len(w), "val_tokens": int(w.numel()),
         "target_val_loss": round(val_loss(target, w), 4), "draft_val_loss": round(val_loss(draft, w), 4),
@@ -322,8 +325,7 @@ def measure(zoo_dir: Path = ZOO_DIR, n_val: int = 200) -> dict:
         "draft_val_loss_slice8": round(val_loss(draft, val_windows(val_ids, 8)), 4),
         "greedy_agreement": round(agreement(target, draft, w), 4),
         "greedy_agreement_slice8": round(agreement(target, draft, val_windows(val_ids, 8)), 4),
-        "target_step_ms": round(t_ms, 3), "draft_step_ms": round(d_ms, 3), "c": round(d_ms / t_ms, 3),
-        "threads": 1, "cpu": platform.processor() or platform.machine(),
+        **steps, "threads": 1, "cpu": platform.processor() or platform.machine(),
         "target_samples": samples(target, tok, SAMPLE_PROMPTS),
     }
 
@@ -359,7 +361,8 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
         f"| training time (this CPU) | {t['target']['seconds'] / 60:.1f} min | {t['draft']['seconds'] / 60:.1f} min |",
         f"| validation loss (nats/token, {f['val_tokens']:,} tokens) | {f['target_val_loss']:.3f} | "
         f"{f['draft_val_loss']:.3f} |",
-        f"| decode step, 1 token at context 128 ({f['threads']} CPU thread{'s' if f['threads'] > 1 else ''}) | "
+        f"| decode step, 1 token at context 128 ({f['threads']} CPU thread{'s' if f['threads'] > 1 else ''}"
+        f"{', minimum' if 'c_range' in f else ''}) | "
         f"{f['target_step_ms']:.2f} ms | "
         f"{f['draft_step_ms']:.2f} ms |",
         "",
@@ -371,7 +374,11 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
         "- Weights are stored in bfloat16 (half the bytes); `zoo.load_pair('tiny')` loads them as float32, and all "
         "figures here are measured that way.",
         f"- Greedy next-token agreement of draft with target on validation: **{f['greedy_agreement']:.3f}**.",
-        f"- Cost ratio c = draft step / target step on this machine: **{f['c']:.3f}**.",
+        f"- Cost ratio c_bench = draft step / target step on this machine: **{f['c']:.3f}**"
+        + (f", within {f['c_range'][0]:.3f} to {f['c_range'][1]:.3f} from call to call. Timed with "
+           f"`specdec_lab.measure.forward_costs`: {f['c_protocol']}" if "c_range" in f else "")
+        + ". In the decoding loop draft and target take turns, and the draft's step can cost a different share "
+        "(c_loop, chapters 02 and 03).",
         "",
         "## Target samples (greedy, 60 new tokens)",
         "",

@@ -15,7 +15,7 @@ Two index conventions, one per job:
   * a DraftTree's nodes come AFTER the committed text: parent -1 means "child of the last committed token";
   * verification works on the ROOTED tree, node 0 = the last committed (pending) token, which the target
     reads first: `rooted(tree)` -> (parents, tokens) with parents[0] = -1 and every other index shifted by 1,
-    the layout of seed 000's exercise (`target_logits[i]` predicts the token after rooted node i).
+    the layout of exercise 04.2 (`target_logits[i]` predicts the token after rooted node i).
 """
 
 from __future__ import annotations

@@ -170,8 +170,9 @@ def speedup_grid(model: Roofline = QWEN25_7B_ON_H100, alphas=(0.6, 0.7, 0.8, 0.9
 # Used by notebooks/04_tree_attention.ipynb. The model (economics.tree_expected_tokens, tree_speedup): a level
 # whose accepted parent has b children contains the target's next token with probability h(b), from a hit rate
 # α under independence, h(b) = 1 - (1 - α)^b, or from measured top-k hit rates, h(b) = hit[b-1]; hits at
-# different depths are independent. Cost of a pass in target decode steps: 1 + v·nodes (the target reads the
-# pending token and every node) + c·depth (one draft forward per level).
+# different depths are independent. Cost of a pass in target decode steps: v(1 + nodes) ≈ 1 + s·nodes (the
+# target reads the pending token and every node; s is the extra cost per node) + c·depth (one draft forward
+# per level).
 
 SHAPES = ([1, 1, 1, 1], [2, 2, 1, 1], [3, 2, 1], [4, 2], [3, 3, 2])
 
@@ -182,7 +183,7 @@ def tree_shape(width: int, depth: int, wide_levels: int) -> list[int]:
     return [width] * wide_levels + [1] * (depth - wide_levels)
 
 
-def tree_summary(branching: list[int], hit, c: float = 0.05, v: float = 0.0) -> dict:
+def tree_summary(branching: list[int], hit, c: float = 0.05, s: float = 0.0) -> dict:
     """The numbers the tree explorer shows, beside the chain of the same depth (handy without widgets too)."""
     from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup
 
@@ -192,23 +193,23 @@ def tree_summary(branching: list[int], hit, c: float = 0.05, v: float = 0.0) -> 
         "nodes": tree_nodes(branching),
         "level_hits": level_hit_rates(branching, hit),
         "tokens_per_pass": tree_expected_tokens(branching, hit),
-        "speedup": tree_speedup(branching, hit, c, v),
+        "speedup": tree_speedup(branching, hit, c, s),
         "chain_tokens_per_pass": tree_expected_tokens(chain, hit),
-        "chain_speedup": tree_speedup(chain, hit, c, v),
+        "chain_speedup": tree_speedup(chain, hit, c, s),
     }
 
 
-def _tree_curves(ax, shapes, hit, c, v_max, v_now=None, legend=True):
+def _tree_curves(ax, shapes, hit, c, s_max, s_now=None, legend=True):
     from specdec_lab.economics import tree_nodes, tree_speedup
 
-    vs = [v_max * i / 50 for i in range(51)]
+    ss = [s_max * i / 50 for i in range(51)]
     unique = [list(s) for i, s in enumerate(shapes) if list(s) not in [list(t) for t in shapes[:i]]]
     for shape in unique:  # a shape listed twice (a tree of width 1 is the chain) is drawn and labelled once
-        ax.plot(vs, [tree_speedup(shape, hit, c, v) for v in vs], label=f"{shape}: {tree_nodes(shape)} nodes")
-    if v_now is not None:
-        ax.axvline(v_now, color="gray", lw=0.8)
+        ax.plot(ss, [tree_speedup(shape, hit, c, s) for s in ss], label=f"{shape}: {tree_nodes(shape)} nodes")
+    if s_now is not None:
+        ax.axvline(s_now, color="gray", lw=0.8)
     ax.axhline(1, color="black", lw=0.8)
-    ax.set_xlabel("v: extra cost per verified token (decode steps)")
+    ax.set_xlabel("s: extra cost per verified node (decode steps)")
     ax.set_ylabel("estimated speedup")
     ax.set_ylim(0, None)
     ax.grid(alpha=0.3)
@@ -266,25 +267,25 @@ def measure_tree(target, draft, ids, branching: list[int], max_new_tokens: int =
 
 
 def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels: int = 2, c: float = 0.05,
-                  v: float = 0.0, v_max: float = 0.1, pair=None, prompts=None, max_new_tokens: int = 40):
-    """Sliders for tree width, depth, wide levels, hit rate α, draft cost c and verify cost per node v.
+                  s: float = 0.0, s_max: float = 0.1, pair=None, prompts=None, max_new_tokens: int = 40):
+    """Sliders for tree width, depth, wide levels, hit rate α, draft cost c and verify cost per node s.
 
     Shows expected tokens per pass, nodes verified and estimated speedup (tree and same-depth chain), and the
-    speedup as v grows. With pair=(target, draft, tokenizer) and prompts (suite entries, dicts with "id" and
+    speedup as s grows. With pair=(target, draft, tokenizer) and prompts (suite entries, dicts with "id" and
     "prompt"), a second row picks a prompt and runs the real pair on it (`measure_tree`): measured τ beside
     the prediction from that prompt's measured top-k hit rates. Returns the widget.
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
-    label = {"style": {"description_width": "initial"}}  # the whole label, however long ("v (per node)")
+    label = {"style": {"description_width": "initial"}}  # the whole label, however long ("s (cost per node)")
     sliders = {
         "width": w.IntSlider(value=width, min=1, max=4, description="width", **label),
         "depth": w.IntSlider(value=depth, min=1, max=6, description="depth", **label),
         "wide_levels": w.IntSlider(value=wide_levels, min=0, max=6, description="wide levels", **label),
         "hit": w.FloatSlider(value=hit, min=0.0, max=1.0, step=0.01, description="α (hit rate)", **label),
         "c": w.FloatSlider(value=c, min=0.0, max=0.5, step=0.01, description="c (draft)", **label),
-        "v": w.FloatSlider(value=v, min=0.0, max=v_max, step=v_max / 50, description="v (per node)",
+        "s": w.FloatSlider(value=s, min=0.0, max=s_max, step=s_max / 50, description="s (cost per node)",
                            readout_format=".3f", **label),
     }
     text, plot = w.HTML(), w.Output()
@@ -293,17 +294,17 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
         return tree_shape(sliders["width"].value, sliders["depth"].value, sliders["wide_levels"].value)
 
     def update(_=None):
-        s = tree_summary(shape(), sliders["hit"].value, sliders["c"].value, sliders["v"].value)
+        sm = tree_summary(shape(), sliders["hit"].value, sliders["c"].value, sliders["s"].value)
         text.value = (
-            f"tree <b>{s['branching']}</b>: <b>{s['nodes']}</b> nodes verified per pass, "
-            f"<b>{s['tokens_per_pass']:.2f}</b> tokens per pass, estimated speedup <b>{s['speedup']:.2f}×</b>"
-            f"<br>chain of the same depth: {len(s['branching'])} nodes, {s['chain_tokens_per_pass']:.2f} tokens "
-            f"per pass, {s['chain_speedup']:.2f}×")
+            f"tree <b>{sm['branching']}</b>: <b>{sm['nodes']}</b> nodes verified per pass, "
+            f"<b>{sm['tokens_per_pass']:.2f}</b> tokens per pass, estimated speedup <b>{sm['speedup']:.2f}×</b>"
+            f"<br>chain of the same depth: {len(sm['branching'])} nodes, {sm['chain_tokens_per_pass']:.2f} tokens "
+            f"per pass, {sm['chain_speedup']:.2f}×")
         with plot:
             plot.clear_output(wait=True)
             fig, ax = plt.subplots(figsize=(6.5, 3.2))
-            _tree_curves(ax, [s["branching"], [1] * len(s["branching"])], sliders["hit"].value, sliders["c"].value,
-                         v_max, sliders["v"].value)
+            _tree_curves(ax, [sm["branching"], [1] * len(sm["branching"])], sliders["hit"].value, sliders["c"].value,
+                         s_max, sliders["s"].value)
             ax.set_title(f"α = {sliders['hit'].value:.2f}, c = {sliders['c'].value:.2f}", fontsize=10)
             plt.show()
 
@@ -311,7 +312,7 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
         s.observe(update, names="value")
     update()
     rows = [w.HBox([sliders["width"], sliders["depth"], sliders["wide_levels"]]),
-            w.HBox([sliders["hit"], sliders["c"], sliders["v"]]), text, plot]
+            w.HBox([sliders["hit"], sliders["c"], sliders["s"]]), text, plot]
     if pair is not None and prompts:
         target, draft, tok = pair
         choice = w.Dropdown(options=[(p["id"], i) for i, p in enumerate(prompts)], description="prompt")
@@ -343,8 +344,8 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
     return _box(rows, TREE_EXPLORER_TEXT)
 
 
-def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, v_max: float = 0.1):
-    """The tree explorer as a static figure: one panel per (α, c), one curve per shape, speedup against v.
+def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, s_max: float = 0.1):
+    """The tree explorer as a static figure: one panel per (α, c), one curve per shape, speedup against s.
 
     Returns the matplotlib Figure.
     """
@@ -354,7 +355,7 @@ def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, v_max: f
                              squeeze=False)
     for row, c in zip(axes, cs):
         for ax, hit in zip(row, hits):
-            _tree_curves(ax, shapes, hit, c, v_max, legend=False)
+            _tree_curves(ax, shapes, hit, c, s_max, legend=False)
             ax.set_title(f"α = {hit}, c = {c}", fontsize=9)
             ax.set_xlabel("")
             ax.set_ylabel("")
@@ -365,7 +366,7 @@ def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, v_max: f
     for ax in axes[:, 1:].flat:
         ax.tick_params(labelleft=False)
     for ax in axes[-1]:
-        ax.set_xlabel("v per node")
+        ax.set_xlabel("s (cost per node)")
     for ax in axes[:, 0]:
         ax.set_ylabel("speedup")
     handles, labels = axes[0, 0].get_legend_handles_labels()

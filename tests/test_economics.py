@@ -1,6 +1,8 @@
-"""specdec_lab.economics against the printed tables of seeds 002 and 004, edge cases, brute force, errors.
+"""specdec_lab.economics against reference tables, edge cases, brute force, errors.
 
-The tables are copied from the seeds as printed (2 decimals); each value must round to the printed one.
+The reference tables are worked examples of the formulas of Leviathan et al. (2023) and Chen et al. (2023) and of
+chapter 02's roofline of Qwen2.5-7B on an H100, printed to 2 decimals; each value must round to the printed one.
+Notebook 02 prints the same tables (sections 1 to 4).
 """
 
 import math
@@ -17,7 +19,7 @@ def printed(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-# ---- seed 002: tokens per pass for a = 0.5, 0.7, 0.8, 0.9 (columns of the seed's table), k = 1..8 -----------
+# ---- reference table: tokens per pass for a = 0.5, 0.7, 0.8, 0.9 (one column each), k = 1..8 -----------------
 TOKENS_TABLE = {
     0.5: "1.50 1.75 1.88 1.94 1.97 1.98 1.99 2.00",
     0.7: "1.70 2.19 2.53 2.77 2.94 3.06 3.14 3.20",
@@ -29,14 +31,14 @@ TOKENS_TABLE = {
 @pytest.mark.parametrize("a", sorted(TOKENS_TABLE))
 def test_tokens_per_pass_table(a):
     got = " ".join(printed(expected_tokens(a, k)) for k in range(1, 9))
-    assert got == TOKENS_TABLE[a], f"tokens per pass at a={a}, k=1..8: got {got}, seed 002 prints {TOKENS_TABLE[a]}"
+    assert got == TOKENS_TABLE[a], f"tokens per pass at a={a}, k=1..8: got {got}, expected {TOKENS_TABLE[a]}"
 
 
 def test_hand_case():
     assert printed(expected_tokens(0.8, 3), 3) == "2.952"
 
 
-# ---- seed 002: speedup at a = 0.8 for k = 1..10, one column per c, and the best k --------------------------
+# ---- reference table: speedup at a = 0.8 for k = 1..10, one column per c, and the best k -------------------
 SPEEDUP_TABLE = {
     0.05: "1.71 2.22 2.57 2.80 2.95 3.04 3.08 3.09 3.08 3.05",
     0.15: "1.57 1.88 2.04 2.10 2.11 2.08 2.03 1.97 1.90 1.83",
@@ -46,7 +48,7 @@ SPEEDUP_TABLE = {
 @pytest.mark.parametrize("c", sorted(SPEEDUP_TABLE))
 def test_speedup_table(c):
     got = " ".join(printed(speedup(0.8, k, c)) for k in range(1, 11))
-    assert got == SPEEDUP_TABLE[c], f"speedup at a=0.8, c={c}, k=1..10: got {got}, seed 002 prints {SPEEDUP_TABLE[c]}"
+    assert got == SPEEDUP_TABLE[c], f"speedup at a=0.8, c={c}, k=1..10: got {got}, expected {SPEEDUP_TABLE[c]}"
 
 
 def test_best_k():
@@ -55,7 +57,7 @@ def test_best_k():
     assert optimal_gamma(0.8, 0.05) == 8 and optimal_gamma(0.8, 0.15) == 5  # the curves have one peak
 
 
-# ---- seed 002: acceptance falling with depth, a0 = 0.9, decay 0.85, c = 0.1 --------------------------------
+# ---- reference table: acceptance falling with depth, a0 = 0.9, decay 0.85, c = 0.1 -------------------------
 DEPTH_TABLE = {1: ("1.90", "1.73"), 2: ("2.59", "2.16"), 3: ("3.04", "2.34"), 4: ("3.28", "2.35"),
                5: ("3.40", "2.27"), 6: ("3.45", "2.15"), 7: ("3.46", "2.04"), 8: ("3.47", "1.93")}
 
@@ -65,7 +67,7 @@ def test_depth_decay_table(k):
     alphas = [0.9 * 0.85**i for i in range(k)]
     tokens = expected_tokens_by_depth(alphas)
     got = (printed(tokens), printed(tokens / (1 + k * 0.1)))
-    assert got == DEPTH_TABLE[k], f"depth-decaying acceptance at k={k}: got {got}, seed 002 prints {DEPTH_TABLE[k]}"
+    assert got == DEPTH_TABLE[k], f"depth-decaying acceptance at k={k}: got {got}, expected {DEPTH_TABLE[k]}"
 
 
 def test_by_depth_with_a_constant_rate_is_the_geometric_sum():
@@ -74,7 +76,7 @@ def test_by_depth_with_a_constant_rate_is_the_geometric_sum():
             assert expected_tokens_by_depth([a] * k) == pytest.approx(expected_tokens(a, k), rel=1e-12)
 
 
-# ---- seed 004: Qwen2.5-7B on an H100, a = 0.8, k = 4, c = 0.05 ------------------------------------------------
+# ---- reference table: Qwen2.5-7B on an H100 (chapter 02's roofline), a = 0.8, k = 4, c = 0.05 --------------
 BATCH_TABLE = {1: ("4.85", "4.85", "2.80"), 4: ("4.91", "4.91", "2.80"), 16: ("5.12", "5.12", "2.80"),
                64: ("5.96", "8.50", "2.07"), 128: ("7.08", "16.69", "1.31"), 256: ("9.32", "33.09", "0.90")}
 
@@ -84,11 +86,11 @@ def test_roofline_batch_table(batch):
     m = QWEN25_7B_ON_H100
     decode, verify = m.step_time(batch, 1), m.step_time(batch, 5)
     got = (printed(decode * 1e3), printed(verify * 1e3), printed(m.speedup(0.8, 4, 0.05, batch)))
-    assert got == BATCH_TABLE[batch], f"batch {batch}: got {got} (decode ms, verify ms, speedup), seed 004 prints " \
+    assert got == BATCH_TABLE[batch], f"batch {batch}: got {got} (decode ms, verify ms, speedup), expected " \
                                       f"{BATCH_TABLE[batch]}"
 
 
-def test_roofline_seed_parameters():
+def test_roofline_example_parameters():
     m = QWEN25_7B_ON_H100
     assert m.params * m.bytes_per_param == pytest.approx(15.2e9)
     assert m.kv_bytes_per_token == 28 * 2 * 4 * 128 * 2
@@ -98,7 +100,7 @@ def test_roofline_seed_parameters():
 def test_crossover_batch_is_where_compute_meets_memory():
     m = QWEN25_7B_ON_H100
     b = m.crossover_batch(5)
-    assert 16 < b < 64  # the seed's table: free at 16, not at 64
+    assert 16 < b < 64  # the reference table: free at 16, not at 64
     compute = 2 * m.params * b * 5 / (m.efficiency * m.peak_flops)
     memory = (m.params * m.bytes_per_param + m.kv_bytes_per_token * m.context * b) / m.bandwidth
     assert compute == pytest.approx(memory, rel=1e-12)

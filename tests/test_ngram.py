@@ -1,4 +1,4 @@
-"""Prompt lookup, the n-gram dictionary of seed 002 and lookahead's n-gram pool (chapter 07)."""
+"""Prompt lookup (Saxena 2023), the n-gram dictionary of notebook 07 and lookahead's n-gram pool (chapter 07)."""
 import random
 
 import pytest

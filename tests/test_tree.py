@@ -45,7 +45,7 @@ def test_mask_depths_positions():
 
 
 def test_static_shapes():
-    assert count_nodes([2, 2, 1, 1]) == 14 and count_nodes([3, 3, 2]) == 30  # seed 004's exercise
+    assert count_nodes([2, 2, 1, 1]) == 14 and count_nodes([3, 3, 2]) == 30  # exercise 04.3's two trees
     assert branching_parents([1, 1, 1]) == [-1, 0, 1], "branching [1] * γ is the chain"
     assert branching_parents([2, 2]) == [-1, -1, 0, 0, 1, 1]
     assert choices_parents(full_choices([2, 2, 1])) == branching_parents([2, 2, 1])

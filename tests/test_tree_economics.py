@@ -87,7 +87,7 @@ def test_tree_shape_and_summary():
 
 
 def test_tree_explorer_updates_its_numbers():
-    box = widgets.tree_explorer(hit=0.8, width=2, depth=4, wide_levels=2, c=0.05, v=0.0)
+    box = widgets.tree_explorer(hit=0.8, width=2, depth=4, wide_levels=2, c=0.05, s=0.0)
     (width, depth, wide), (hit, c, v) = box.children[0].children, box.children[1].children
     text = box.children[2]
     assert "<b>14</b> nodes" in text.value and f"<b>{tree_expected_tokens([2, 2, 1, 1], 0.8):.2f}</b>" in text.value
@@ -99,7 +99,7 @@ def test_tree_explorer_updates_its_numbers():
 
 
 def test_tree_grid_draws_the_model():
-    fig = widgets.tree_grid(hits=(0.7, 0.9), cs=(0.05,), shapes=([1, 1, 1, 1], [2, 2, 1, 1]), v_max=0.1)
+    fig = widgets.tree_grid(hits=(0.7, 0.9), cs=(0.05,), shapes=([1, 1, 1, 1], [2, 2, 1, 1]), s_max=0.1)
     assert len(fig.axes) == 2
     line = fig.axes[1].lines[1]  # α = 0.9, the tree [2, 2, 1, 1]
     xs, ys = line.get_xdata(), line.get_ydata()

@@ -52,7 +52,7 @@ def test_explorers_show_a_placeholder_not_their_widget_tree_as_text():
 def test_tree_explorer_labels_are_whole():
     box = widgets.tree_explorer()
     sliders = [s for row in box.children[:2] for s in row.children]
-    assert {s.description for s in sliders} >= {"v (per node)", "α (hit rate)", "wide levels"}
+    assert {s.description for s in sliders} >= {"s (cost per node)", "α (hit rate)", "wide levels"}
     assert all(s.style.description_width == "initial" for s in sliders)
     plt.close("all")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from specdec_lab import train_zoo, zoo
+from specdec_lab import economics, train_zoo, zoo
 
 TINY = zoo.EMBEDDED["tiny"]
 CARD = json.loads((TINY / "card.json").read_text())
@@ -59,8 +59,14 @@ def test_shipped_weights_reach_recorded_validation_loss(pair, val_ids, which):
 
 
 def test_card_cost_ratio_lets_chain_speculation_win():
+    """With the card's agreement as α and its c, the best chain must beat plain decoding by 10% (chapter 02)."""
     f = CARD["figures"]
-    assert f["c"] <= 0.25, f"c = {f['c']}: the draft step must cost at most a quarter of the target step"
+    alpha, c = f["greedy_agreement"], f["c"]
+    gamma = economics.optimal_gamma(alpha, c)
+    assert gamma >= 1 and economics.speedup(alpha, gamma, c) > 1.1, (
+        f"α = {alpha}, c = {c}: the best chain (γ = {gamma}) predicts "
+        f"{economics.speedup(alpha, max(gamma, 1), c):.2f}x; the zoo draft is too slow or too unlike the target")
+    assert f["c_range"][0] <= f["c"] <= f["c_range"][1], "c must lie in the range the card states"
     assert f["target_val_loss"] < f["draft_val_loss"]
 
 

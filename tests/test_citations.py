@@ -1,0 +1,76 @@
+"""Learner-facing text cites sources a learner can find, and every chapter links the glossary.
+
+- No "seed 0..." reference (the course's internal source notes) anywhere a learner reads: the notebooks, exercises
+  and solutions (sources and saved outputs), the README, and the package (code, docstrings, data, model card).
+- Every lecture notebook links the README's glossary near its top and has a References cell.
+- The README holds the glossary and the bibliography those links point at.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LEARNER_FACING = [ROOT / "notebooks", ROOT / "exercises", ROOT / "solutions", ROOT / "README.md", ROOT / "specdec_lab"]
+TEXT_SUFFIXES = {".py", ".ipynb", ".md", ".json", ".txt", ".toml", ".cfg", ".yaml", ".yml", ".csv", ".html"}
+SEED = re.compile(r"seed 0", re.IGNORECASE)
+GLOSSARY_LINK = "README.md#glossary-and-notation"
+LECTURES = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def learner_files() -> list[Path]:
+    files = []
+    for place in LEARNER_FACING:
+        candidates = [place] if place.is_file() else sorted(p for p in place.rglob("*") if p.is_file())
+        files += [p for p in candidates if p.suffix in TEXT_SUFFIXES and ".ipynb_checkpoints" not in p.parts
+                  and "__pycache__" not in p.parts]
+    return files
+
+
+def test_no_seed_references():
+    hits = []
+    for path in learner_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if SEED.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not hits, ("learner-facing text names a seed; cite the paper or system instead (author, year), or the "
+                      "chapter and section:\n" + "\n".join(hits))
+
+
+def markdown_cells(path: Path) -> list[str]:
+    """The text of every cell, "" for code cells, so indices stay those of the notebook."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return ["" if c["cell_type"] != "markdown" else "".join(c["source"]) if isinstance(c["source"], list)
+            else c["source"] for c in cells]
+
+
+def test_there_are_lectures():
+    assert len(LECTURES) >= 9, f"expected the nine lecture notebooks 00-08, found {[p.name for p in LECTURES]}"
+
+
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
+def test_lecture_links_the_glossary_near_its_top(path):
+    cells = markdown_cells(path)
+    assert any(GLOSSARY_LINK in text for text in cells[:4]), (
+        f"{path.name}: link the glossary in one of its first cells, e.g. a line in the title cell: "
+        f"'Symbols and terms: [glossary](../{GLOSSARY_LINK}).'")
+
+
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
+def test_lecture_has_a_references_cell(path):
+    refs = [text for text in markdown_cells(path) if re.search(r"^#+ References\s*$", text, re.MULTILINE)]
+    assert refs, f"{path.name}: add a Markdown cell '## References' listing the works the chapter cites"
+    entries = [line for line in refs[0].splitlines() if line.lstrip().startswith(("*", "-"))]
+    assert entries, f"{path.name}: its References cell lists no works"
+
+
+def test_readme_has_the_glossary_and_the_bibliography():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"^## Glossary and notation\s*$", readme, re.MULTILINE), \
+        "README.md: the notebooks link #glossary-and-notation, so it needs a '## Glossary and notation' section"
+    assert re.search(r"^## References\s*$", readme, re.MULTILINE), "README.md: add a '## References' bibliography"
+    for term in ("α", "τ", "γ", "c_bench", "v(n)", "pending token", "residual", "bonus token", "draft tree", "root",
+                 "path compaction", "agreement", "lossy"):
+        assert term in readme.split("## Glossary and notation", 1)[1], f"README.md: the glossary lacks {term!r}"
