@@ -1,11 +1,19 @@
 """Shared test settings, the lines that tell a learner how to run less than everything, and the order in which
 pytest-xdist hands out the work (longest notebooks first, so two workers finish together)."""
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 import torch
+
+# Two pytest workers share the machine's cores with the Jupyter kernels and commands they start. A process with
+# several torch threads next to a busy one waits at every operation for a thread that is not running: with both
+# cores busy, 48 tokens of greedy decoding took 3 to 4 s on 2 threads against 0.6 to 0.8 s on 1. So every process
+# the tests start gets one thread, like the tests themselves (`one_thread` below), unless OMP_NUM_THREADS says
+# otherwise.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 FAST = 'pytest tests -m "not browser"'
 HINT = (f"only the fast unit tests (about 10 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "

@@ -268,15 +268,17 @@ def test_zoo_tree_greedy_identity_on_the_suite():
     from specdec_lab.prompts import load_prompts
 
     target, draft, tok = zoo.load_pair("tiny")
+    suite = [(p["id"], tok(p["prompt"], return_tensors="pt").input_ids) for p in load_prompts()]
+    greedy = {name: generate(target, ids, None, max_new_tokens=24, eos_token_id=tok.eos_token_id).tokens
+              for name, ids in suite}
     taus = {}
     for branching in ([1, 1, 1, 1], [2, 2, 1, 1], [3, 2, 1], [4, 2]):
         calls = tokens = 0
-        for p in load_prompts():
-            ids = tok(p["prompt"], return_tensors="pt").input_ids
-            want = generate(target, ids, None, max_new_tokens=24, eos_token_id=tok.eos_token_id).tokens
+        for name, ids in suite:
+            want = greedy[name]
             gen = generate(target, ids, DraftModelDrafter(draft, branching=branching), max_new_tokens=24,
                            eos_token_id=tok.eos_token_id)
-            assert gen.tokens == want, f"prompt {p['id']}, branching {branching}: output differs from greedy"
+            assert gen.tokens == want, f"prompt {name}, branching {branching}: output differs from greedy"
             calls, tokens = calls + gen.target_calls, tokens + len(gen.tokens)
         taus[str(branching)] = tokens / calls
     print("τ on the suite:", {k: round(v, 3) for k, v in taus.items()})
