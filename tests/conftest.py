@@ -16,7 +16,7 @@ import torch
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 FAST = 'pytest tests -m "not browser"'
-HINT = (f"only the fast unit tests (about 10 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "
+HINT = (f"only the fast unit tests (about 4 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "
         "one notebook: pytest notebooks/02_speedup_economics.ipynb")
 
 
@@ -40,6 +40,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(HINT)
 
 
+# The longest test files, in seconds with both cores busy (`pytest tests -m "not browser" --durations=0`, rounded;
+# the browser test alone, `pytest -m browser`): only the order they give matters.
+TEST_SECONDS = {"test_decoding.py": 100, "test_tree.py": 80, "test_sampling.py": 57, "test_eagle.py": 56,
+                "test_notebooks.py": 52, "test_browser.py": 50, "test_medusa.py": 30, "test_lookahead.py": 20,
+                "test_bench.py": 16, "test_ngram.py": 12}
+
+
 def _recorded_seconds(path: Path) -> float:
     """How long a notebook took when its outputs were committed (from the execution times nbclient records)."""
     try:
@@ -57,12 +64,13 @@ def _recorded_seconds(path: Path) -> float:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Longest work first: notebooks by their recorded run time, then the test files in their own order.
-    With `--dist loadfile --no-loadscope-reorder` each file stays whole on one worker, taken in this order."""
+    """Longest work first, so that the two workers finish together: notebooks by their recorded run time, test
+    files by TEST_SECONDS (the rest last, in their own order). With `--dist loadfile --no-loadscope-reorder` each
+    file stays whole on one worker, taken in this order."""
     cost = {}
     for item in items:
         path = Path(str(item.path))
         if path not in cost:
-            cost[path] = _recorded_seconds(path) if path.suffix == ".ipynb" else 0.0
+            cost[path] = _recorded_seconds(path) if path.suffix == ".ipynb" else TEST_SECONDS.get(path.name, 0.0)
     order = {path: i for i, path in enumerate(cost)}
     items.sort(key=lambda item: (-cost[Path(str(item.path))], order[Path(str(item.path))]))

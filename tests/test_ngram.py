@@ -98,10 +98,11 @@ def tiny():
     return target, tok
 
 
-def test_prompt_lookup_equals_greedy_on_the_whole_suite(tiny):
+def test_prompt_lookup_equals_greedy_on_the_suite(tiny):
+    """Every other suite prompt (notebook 07 runs all 52)."""
     target, tok = tiny
     wrong, taus = [], {}
-    for p in load_prompts():
+    for p in load_prompts()[::2]:
         ids = tok(p["prompt"], return_tensors="pt").input_ids
         want = decoding.generate(target, ids, None, max_new_tokens=40, eos_token_id=tok.eos_token_id).tokens
         gen = decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=40, eos_token_id=tok.eos_token_id)

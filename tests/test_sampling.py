@@ -1,6 +1,6 @@
 """specdec_lab.sampling: exactness by chi-square, edge cases, and error messages.
 
-Exactness: every sampler runs N = 200_000 times with a fixed seed, and a test fails when Pearson's
+Exactness: every sampler runs N = 100_000 times with a fixed seed, and a test fails when Pearson's
 chi-square p-value of the emitted tokens against the target is below P_MIN = 1e-3.
 `pytest tests/test_sampling.py -k exact -s` prints the p-values.
 """
@@ -12,7 +12,7 @@ from torch.testing import assert_close
 from specdec_lab import sampling
 from specdec_lab.grading import chi_square, counts_of
 
-N = 200_000
+N = 100_000
 P_MIN = 1e-3
 
 # Target rows [γ+1, V] and draft rows [γ, V] with zeros on both sides. Row 0 holds every case:
