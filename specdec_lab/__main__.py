@@ -1,6 +1,11 @@
-"""The `specdec-lab` command: `specdec-lab check`, `specdec-lab train-zoo`, ..."""
+"""The `specdec-lab` command: `specdec-lab check`, `specdec-lab train-zoo`, `specdec-lab bench`.
+
+Every flag is checked here, as it is parsed and before any model loads (the argparse types below wrap
+`specdec_lab.checks`, the one place the package checks its arguments).
+"""
 
 import argparse
+import os
 import platform
 import sys
 from pathlib import Path
@@ -44,6 +49,109 @@ def check() -> int:
     return 0
 
 
+def bench_arguments(parser) -> None:
+    """The flags of `specdec-lab bench`; each is checked when parsed, before any model loads."""
+    from specdec_lab import bench
+    parser.add_argument("--method", choices=sorted(bench.METHODS), default="all", help="all: every method, greedy "
+                        "and sampled (chapter 08, the default); draft: the draft model against HF (chapter 03)")
+    parser.add_argument("--pair", default="tiny", type=pair_name, help="model pair for zoo.load_pair: tiny "
+                        "(embedded, the default), smollm2, qwen2.5, gpt2, or a folder holding target/ and draft/")
+    parser.add_argument("--device", type=device_name, help="cpu, cuda, mps ... (default: cuda when available, "
+                        "else cpu)")
+    parser.add_argument("--temperatures", type=temperature_list, help="comma-separated; 0 = greedy (default 0,0.7)")
+    parser.add_argument("--json", type=output_file, help="write the results here as JSON (with the run's settings "
+                        "and versions); missing folders are created")
+    parser.add_argument("--csv", type=output_file, help="write the results here as CSV; missing folders are created")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64)
+    parser.add_argument("--gamma", type=positive_int, default=3, help="draft tokens per target pass (default 3: "
+                        "the best for the zoo pair on a 2-core CPU, see notebook 03)")
+    parser.add_argument("--category", choices=["code", "edit", "doc"], help="only this prompt category")
+    parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
+    parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches (--method draft)")
+    parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
+
+
+def check_bench(parser, args) -> None:
+    """The checks that involve two flags (parser.error exits with a one-line message)."""
+    if args.method == "draft":
+        extra = [flag for flag in ("json", "csv", "temperatures") if getattr(args, flag) is not None]
+        if extra:
+            parser.error(f"--{extra[0]} belongs to the showdown (--method all); --method draft is greedy and "
+                         "prints its table only")
+    elif args.naive:
+        parser.error("--naive belongs to --method draft (chapter 03's table); leave it out for the showdown")
+    if args.json and args.csv and os.path.abspath(args.json) == os.path.abspath(args.csv):
+        parser.error(f"--json and --csv both name {args.json!r}: give them different files")
+
+
+# Types for argparse: each returns the parsed value or raises ArgumentTypeError, which argparse prints as
+# "argument --flag: <message>", before anything is loaded.
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: give 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number: give 1 or more")
+    return value
+
+
+def temperature_list(text: str) -> list[float]:
+    from specdec_lab import checks
+
+    temperatures = []
+    for part in text.split(","):
+        try:
+            T = checks.temperature(float(part))
+        except checks.ArgumentError as e:  # a number, but not a temperature
+            raise argparse.ArgumentTypeError(str(e)) from None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a number: give comma-separated temperatures, "
+                                             "0 for greedy, e.g. 0,0.7") from None
+        if T in temperatures:
+            raise argparse.ArgumentTypeError(f"{T:g} appears twice in {text!r}: give each temperature once")
+        temperatures.append(T)
+    return temperatures
+
+
+def output_file(text: str) -> str:
+    """A file the results can be written to: not a folder, and under a folder that exists or can be made."""
+    from pathlib import Path
+
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name in it, e.g. {path / 'showdown'}"
+                                         ".json")
+    folder = path.absolute().parent
+    while not folder.exists():  # the nearest folder that exists: the missing ones are created when saving
+        folder = folder.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: no permission to write in {folder}")
+    return text
+
+
+def pair_name(text: str) -> str:
+    from specdec_lab import zoo
+
+    try:
+        zoo.resolve_pair(text)
+    except (ValueError, FileNotFoundError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def device_name(text: str) -> str:
+    from specdec_lab import zoo
+
+    try:
+        return zoo.check_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def folder(text: str) -> Path:
     """An argparse type: a folder to write in (made if missing), outside the installed package."""
     path, package = Path(text), Path(__file__).resolve().parent
@@ -85,13 +193,13 @@ def main(argv=None) -> int:
     tz.add_argument("--measure-only", action="store_true", help="measure and print the card's figures, no "
                     "training; the card is written only with --card DIR or --install")
     tz.add_argument("--train-only", action="store_true", help="train and save the weights, skip measuring")
-    tz.add_argument("--threads", type=bench_module.positive_int, default=1,
+    tz.add_argument("--threads", type=positive_int, default=1,
                     help="CPU threads for training (default 1)")
     tz.add_argument("--stage", choices=["all", "models", "medusa", "eagle"], default="all",
                     help="all (default); models: tokenizer, target, draft; medusa: only the Medusa heads; "
                          "eagle: only the EAGLE-1 and EAGLE-3 drafts")
     bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
-    bench_module.add_arguments(bench)
+    bench_arguments(bench)
     args = parser.parse_args(argv)
     if args.cmd == "check":
         return check()
@@ -108,7 +216,7 @@ def main(argv=None) -> int:
     if args.cmd == "bench":
         import torch
 
-        bench_module.check_arguments(bench, args)
+        check_bench(bench, args)
         if args.threads:
             torch.set_num_threads(args.threads)
         try:

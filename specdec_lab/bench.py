@@ -18,8 +18,6 @@ Used by notebooks/03_draft_target.ipynb, 06_eagle.ipynb, 08_showdown.ipynb and b
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -30,7 +28,7 @@ import torch
 from specdec_lab.prompts import CATEGORIES
 
 __all__ = ["Row", "Interrupted", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods",
-           "showdown", "format_showdown", "leaderboard_markdown", "save_results", "add_arguments", "check_arguments"]
+           "showdown", "format_showdown", "leaderboard_markdown", "save_results"]
 
 
 @dataclass
@@ -84,7 +82,7 @@ Method = Callable[[torch.Tensor], tuple[list[int], int | None]]
 def draft_methods(target, draft, max_new_tokens: int = 64, gamma: int = 3, eos_token_id=None,
                   naive: bool = False, hf_defaults: bool = True) -> dict[str, Method]:
     """Plain decoding (ours and HF's), the draft-model drafter (cached; naive optional), HF assisted."""
-    from specdec_lab import lm  # imported here so that `specdec-lab --help` stays quick
+    from specdec_lab import measure  # imported here so that `specdec-lab --help` stays quick
     from specdec_lab.decoding import generate, generate_naive
     from specdec_lab.drafters import DraftModelDrafter
 
@@ -97,7 +95,7 @@ def draft_methods(target, draft, max_new_tokens: int = 64, gamma: int = 3, eos_t
         return call
 
     def hf(**kw):
-        return lambda ids: (lm.hf_generate(target, ids, n, eos_token_id=eos, **kw).tolist(), None)
+        return lambda ids: (measure.hf_generate(target, ids, n, eos_token_id=eos, **kw).tolist(), None)
 
     methods = {
         "target only": ours(lambda: None),
@@ -222,7 +220,7 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     prompt lookup (10 tokens, n-grams up to 3) and lookahead W=4, N=4, G=4 (07). zoo_drafters=False (a pair
     other than the zoo's) leaves out Medusa and EAGLE, whose heads were trained for the zoo target only.
     """
-    from specdec_lab import lm
+    from specdec_lab import measure
     from specdec_lab.decoding import generate
     from specdec_lab.drafters import DraftModelDrafter
     from specdec_lab.lookahead import lookahead_generate
@@ -237,7 +235,7 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
         return call
 
     def hf(**kw):
-        return lambda ids: (lm.hf_generate(target, ids, n, eos_token_id=eos, temperature=T, **kw).tolist(), None)
+        return lambda ids: (measure.hf_generate(target, ids, n, eos_token_id=eos, temperature=T, **kw).tolist(), None)
 
     methods: dict[str, Method | str] = {
         "target only": ours(lambda: None),
@@ -463,105 +461,3 @@ def _save_partial(results: list[dict], meta: dict, args) -> int:
 
 # `specdec-lab bench --method NAME` runs METHODS[NAME](args).
 METHODS = {"all": bench_all, "draft": bench_draft}
-
-
-def add_arguments(parser) -> None:
-    """The flags of `specdec-lab bench`; each is checked when parsed, before any model loads."""
-    parser.add_argument("--method", choices=sorted(METHODS), default="all", help="all: every method, greedy "
-                        "and sampled (chapter 08, the default); draft: the draft model against HF (chapter 03)")
-    parser.add_argument("--pair", default="tiny", type=pair_name, help="model pair for zoo.load_pair: tiny "
-                        "(embedded, the default), smollm2, qwen2.5, gpt2, or a folder holding target/ and draft/")
-    parser.add_argument("--device", type=device_name, help="cpu, cuda, mps ... (default: cuda when available, "
-                        "else cpu)")
-    parser.add_argument("--temperatures", type=temperature_list, help="comma-separated; 0 = greedy (default 0,0.7)")
-    parser.add_argument("--json", type=output_file, help="write the results here as JSON (with the run's settings "
-                        "and versions); missing folders are created")
-    parser.add_argument("--csv", type=output_file, help="write the results here as CSV; missing folders are created")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=64)
-    parser.add_argument("--gamma", type=positive_int, default=3, help="draft tokens per target pass (default 3: "
-                        "the best for the zoo pair on a 2-core CPU, see notebook 03)")
-    parser.add_argument("--category", choices=["code", "edit", "doc"], help="only this prompt category")
-    parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
-    parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches (--method draft)")
-    parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
-
-
-def check_arguments(parser, args) -> None:
-    """The checks that involve two flags (parser.error exits with a one-line message)."""
-    if args.method == "draft":
-        extra = [flag for flag in ("json", "csv", "temperatures") if getattr(args, flag) is not None]
-        if extra:
-            parser.error(f"--{extra[0]} belongs to the showdown (--method all); --method draft is greedy and "
-                         "prints its table only")
-    elif args.naive:
-        parser.error("--naive belongs to --method draft (chapter 03's table); leave it out for the showdown")
-    if args.json and args.csv and os.path.abspath(args.json) == os.path.abspath(args.csv):
-        parser.error(f"--json and --csv both name {args.json!r}: give them different files")
-
-
-# Types for argparse: each returns the parsed value or raises ArgumentTypeError, which argparse prints as
-# "argument --flag: <message>", before anything is loaded.
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: give 1 or more") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number: give 1 or more")
-    return value
-
-
-def temperature_list(text: str) -> list[float]:
-    from specdec_lab import checks
-
-    temperatures = []
-    for part in text.split(","):
-        try:
-            T = checks.temperature(float(part))
-        except checks.ArgumentError as e:  # a number, but not a temperature
-            raise argparse.ArgumentTypeError(str(e)) from None
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a number: give comma-separated temperatures, "
-                                             "0 for greedy, e.g. 0,0.7") from None
-        if T in temperatures:
-            raise argparse.ArgumentTypeError(f"{T:g} appears twice in {text!r}: give each temperature once")
-        temperatures.append(T)
-    return temperatures
-
-
-def output_file(text: str) -> str:
-    """A file the results can be written to: not a folder, and under a folder that exists or can be made."""
-    from pathlib import Path
-
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name in it, e.g. {path / 'showdown'}"
-                                         ".json")
-    folder = path.absolute().parent
-    while not folder.exists():  # the nearest folder that exists: the missing ones are created when saving
-        folder = folder.parent
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write {text!r}: no permission to write in {folder}")
-    return text
-
-
-def pair_name(text: str) -> str:
-    from specdec_lab import zoo
-
-    try:
-        zoo.resolve_pair(text)
-    except (ValueError, FileNotFoundError) as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
-def device_name(text: str) -> str:
-    from specdec_lab import zoo
-
-    try:
-        return zoo.check_device(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None

@@ -155,9 +155,13 @@ _MAKE = {"DraftModelDrafter": "DraftModelDrafter(draft)", "PromptLookupDrafter":
          "MedusaHeads": "MedusaDrafter(heads)", "EagleNet": "EagleDrafter(net)"}
 
 
+DRAFTER_MEMBERS = ("start", "propose", "commit", "needs_hidden", "typical")  # drafters.Drafter
+
+
 def drafter(value):
-    """None or an object with propose(ids, warp, limit); a model, a class or heads get what to pass instead."""
-    if value is None or (hasattr(value, "propose") and not isinstance(value, type)):
+    """None or a drafter (drafters.Drafter's five members); a model, a class or heads get what to pass instead."""
+    missing = [m for m in DRAFTER_MEMBERS if not hasattr(value, m)]
+    if value is None or (not missing and not isinstance(value, type)):
         return value
     if isinstance(value, type):
         raise ArgumentError(f"drafter={value.__name__} is a class: instantiate it: "
@@ -165,9 +169,22 @@ def drafter(value):
     if isinstance(value, nn.Module) and hasattr(value, "config"):  # Hugging Face's habit: assistant_model=draft
         raise ArgumentError(f"drafter is a model ({type(value).__name__}), not a drafter: wrap the draft model: "
                             "DraftModelDrafter(draft)")
+    if hasattr(value, "propose"):
+        raise ArgumentError(f"{_show(value)} has propose() but lacks {', '.join(missing)}: subclass "
+                            "specdec_lab.drafters.Drafter, which provides them")
     fix = _MAKE.get(type(value).__name__, "DraftModelDrafter(draft), PromptLookupDrafter() or None")
     raise ArgumentError(f"drafter must be None or a drafter (an object with propose(ids, warp, limit)), got "
                         f"{_show(value)}: pass {fix}")
+
+
+def typical(value) -> tuple[float, float] | None:
+    """Medusa's typical acceptance: None (exact verification) or (threshold in (0, 1], alpha > 0)."""
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ArgumentError(f"typical must be None (exact) or (threshold, alpha), e.g. (0.09, 0.3), got {value!r}")
+    return (real(value[0], "typical's threshold", "in (0, 1]", lambda t: 0 < t <= 1),
+            real(value[1], "typical's alpha", "> 0", lambda a: a > 0))
 
 
 def branching(value) -> list[int]:

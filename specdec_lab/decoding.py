@@ -1,15 +1,17 @@
-"""The speculative loop: a drafter proposes, the target checks every proposal in one pass, caches roll back.
+"""The speculative loop: propose -> score -> verify -> commit, for every method of the course.
 
 Derived in notebooks/03_draft_target.ipynb.
 
     gen = generate(target, ids, DraftModelDrafter(draft, gamma=4), max_new_tokens=64)
     gen.tokens, gen.target_calls, gen.tau              # new tokens, target passes, τ
 
-One loop serves every method: the drafter's `propose()` returns a `DraftTree` (a chain, or from chapter 04
-a tree read through a tree mask), the target scores the pending token plus the drafts in ONE cached forward,
-`verify` keeps the accepted prefix plus one corrected or bonus token, and the target cache is cropped (chain)
-or compacted (tree) back to the committed text. With no drafter the same loop proposes nothing and is plain
-autoregressive decoding: the baseline every speedup is measured against.
+One step of `generate`, for any drafter (drafters.Drafter):
+  1. propose: the drafter returns a `DraftTree` (a chain, or from chapter 04 a tree);
+  2. score: ONE cached target forward over the pending token(s) and the whole tree (`score`);
+  3. verify: `tree.verify_tree` keeps the accepted path plus one corrected or bonus token;
+  4. commit: `cut` at the length budget and at EOS, `lm.keep` the committed K/V, tell the drafter.
+With no drafter the same loop proposes nothing and is plain autoregressive decoding: the baseline every
+speedup is measured against.
 
 Cache invariant (asserted every step): before each target forward the cache holds every committed token
 except the last one, cache_len == len(committed) - 1; that last, "pending" token is the first input of
@@ -27,43 +29,10 @@ from torch import Tensor
 
 from specdec_lab import checks, lm
 from specdec_lab.lm import context_length
-from specdec_lab.sampling import probs_from_logits, verify_chain
-from specdec_lab.tree import DraftTree, compact, tree_forward, verify_tree
+from specdec_lab.sampling import Warp
+from specdec_lab.tree import DraftTree, tree_forward, verify_tree
 
-__all__ = ["Warp", "Generation", "generate", "generate_naive", "verify", "context_length"]
-
-
-@dataclass
-class Warp:
-    """The sampling settings the target and the drafter share, and the generator every draw comes from.
-
-    `probs(logits)` turns logits into the distribution to sample from (temperature 0: one-hot argmax).
-    Applying the same Warp to both models keeps p and q comparable (the accept test needs that).
-    """
-
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    generator: torch.Generator | None = None
-
-    def __post_init__(self):
-        self.temperature = checks.temperature(self.temperature)
-        self.top_k, self.top_p = checks.top_k(self.top_k), checks.top_p(self.top_p)
-        if self.generator is not None and not isinstance(self.generator, torch.Generator):
-            raise checks.ArgumentError(f"generator must be a torch.Generator or None, got {self.generator!r}: "
-                                       "pass torch.Generator().manual_seed(0)")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    def probs(self, logits: Tensor) -> Tensor:
-        """[..., V] logits -> [..., V] probabilities, warped."""
-        return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
-
-    def sample(self, probs: Tensor) -> Tensor:
-        """[B, V] probabilities -> [B, 1] token ids drawn with the shared generator."""
-        return torch.multinomial(probs, 1, generator=self.generator)
+__all__ = ["Warp", "Generation", "generate", "generate_naive", "score", "cut", "context_length"]
 
 
 @dataclass
@@ -108,25 +77,49 @@ class Generation:
         tested = sum(min(n + 1, d) for n, d in zip(self.accept_lengths, self.draft_lengths))
         return sum(self.accept_lengths) / tested if tested else 0.0
 
+    def record(self, accepted: int, depth: int, nodes: int) -> None:
+        """One target pass: `accepted` drafts kept, of a proposal `depth` tokens deep with `nodes` tokens."""
+        self.target_calls += 1
+        self.accept_lengths.append(accepted)
+        self.draft_lengths.append(depth)
+        self.draft_nodes.append(nodes)
 
-def verify(logits: Tensor, tree: DraftTree, warp: Warp) -> list[int]:
-    """The tokens one target pass lets us emit: the accepted drafts plus one corrected or bonus token.
 
-    logits: [γ+1, V] the target's logits at the pending token and at each of the γ drafts of a chain.
-    Sampling: p = warp.probs(logits), then `sampling.verify_chain(p, tree.q, tree.tokens)`.
-    Greedy: p is one-hot on the argmax, where verify_chain keeps the drafts that equal the target's
-    argmax and then emits the argmax at the first mismatch (or the bonus position); done here with
-    tensor ops and without drawing random numbers (tests check both give the same tokens).
+class _NoDraft:
+    """drafter=None: propose nothing, so the loop is plain autoregressive decoding (drafters.Drafter's protocol)."""
+
+    needs_hidden, typical = False, None
+
+    def start(self, target, ids: Tensor) -> None:
+        pass
+
+    def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
+        return DraftTree.chain([])
+
+    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
+        pass
+
+
+def score(target, new_ids: Tensor, tree: DraftTree, cache, hidden: bool = False):
+    """ONE target forward over the uncached committed tokens new_ids [1, k] and the drafted tree after them.
+
+    Returns (logits [n + 1, V], hidden states or None): row 0 at the last committed token, row i + 1 at node i.
+    A chain needs no tree mask: the causal forward reading only its last n + 1 logits is the same computation,
+    cheaper. A tree, or a drafter that reads the target's hidden states, goes through `tree.tree_forward`.
     """
-    if not tree.is_chain:
-        raise NotImplementedError("decoding.verify handles chains; tree drafts are verified in specdec_lab.tree")
-    gamma = len(tree)
-    if warp.greedy:
-        best = logits.argmax(-1)  # [γ+1] the target's choice after the pending token and after each draft
-        drafts = torch.as_tensor(tree.tokens, dtype=best.dtype)  # [γ]
-        n = int((best[:gamma] == drafts).cumprod(0).sum())  # leading drafts equal to the target's argmax
-        return best[: n + 1].tolist()  # accepted drafts (equal to best there), then the target's own token
-    return verify_chain(warp.probs(logits), tree.q, tree.tokens, warp.generator)  # [γ+1, V], [γ, V] | None
+    if tree.is_chain and not hidden:
+        x = torch.cat([new_ids, torch.as_tensor([tree.tokens], dtype=torch.long, device=new_ids.device)], 1)
+        return lm.forward_last(target, x, cache, len(tree) + 1)[0], None  # [n+1, V]
+    out = tree_forward(target, new_ids, tree.parents, tree.tokens, cache, hidden=hidden)
+    return out if hidden else (out, None)  # [n+1, V], layers x [1, k+n, H]
+
+
+def cut(emitted: list[int], budget: int, eos: set[int] | frozenset[int]) -> tuple[list[int], bool]:
+    """(the tokens a pass may commit, whether it hit EOS): at most `budget`, ending at the first EOS token,
+    even inside an accepted draft."""
+    emitted = emitted[:budget]
+    hit = next((i for i, t in enumerate(emitted) if t in eos), None)
+    return (emitted, False) if hit is None else (emitted[:hit + 1], True)
 
 
 def _prompt(target, input_ids, max_new_tokens) -> tuple[Tensor, int]:
@@ -143,72 +136,40 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
              generator: torch.Generator | None = None) -> Generation:
     """Decode up to max_new_tokens tokens after input_ids with `target`, speculating with `drafter`.
 
-    drafter: None (plain decoding) or any object with `propose(ids, warp, limit) -> DraftTree` and the hooks
-    `start(target, ids)` and `commit(ids, accepted)` (see drafters.Drafter). temperature 0 is greedy;
-    otherwise softmax(logits / T) with optional top-k / top-p, the same warp for target and drafter.
-    Output distribution: exactly the target's own (greedy: identical tokens). Stops after max_new_tokens
-    tokens or at the first eos_token_id (which is included), even inside an accepted draft.
-    generator: a seeded torch.Generator makes sampling reproducible.
-    Context: prompt + max_new_tokens must fit the target's position table (config.max_position_embeddings or
-    n_positions), else a ValueError says how many new tokens fit; a drafter never drafts past it either.
-    Every argument is checked before any model runs (specdec_lab.checks).
+    drafter: None (plain decoding) or a drafters.Drafter. temperature 0 is greedy; otherwise softmax(logits / T)
+    with optional top-k / top-p, the same Warp for target and drafter; a seeded `generator` makes it repeat.
+    Output: exactly the target's own distribution (greedy: identical tokens); stops after max_new_tokens tokens
+    or at the first eos_token_id (included). Arguments are checked before any model runs (see checks).
     """
     start = time.perf_counter()
-    drafter = checks.drafter(drafter)
-    warp = Warp(temperature, top_k, top_p, generator)
-    eos = checks.eos_ids(eos_token_id)
+    drafter = checks.drafter(drafter) or _NoDraft()
+    warp, eos = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id)
     ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
     T0 = T = ids.shape[1]
-    buf = torch.empty(1, T0 + max_new_tokens, dtype=torch.long, device=ids.device)  # committed + drafts
-    buf[:, :T0] = ids
-    if drafter is not None:
-        drafter.start(target, ids)
-    cache = lm.new_cache(target)
-    gen = Generation(tokens=[], target_calls=0)
-    needs_hidden = getattr(drafter, "needs_hidden", False)  # Medusa, EAGLE: draft from the target's states
-    typical = getattr(drafter, "typical", None)  # Medusa's lossy typical acceptance, (threshold, alpha)
-    while T - T0 < max_new_tokens:
-        budget = max_new_tokens - (T - T0)  # tokens we may still emit; a pass emits at most drafts + 1
-        tree = drafter.propose(buf[:, :T], warp, budget - 1) if drafter is not None else DraftTree([], [])
-        n = len(tree)
+    buf = torch.cat([ids, ids.new_empty(1, max_new_tokens)], 1)  # the committed text, then room for the new
+    drafter.start(target, ids)
+    cache, gen, done = lm.new_cache(target), Generation(tokens=[], target_calls=0), False
+    while T - T0 < max_new_tokens and not done:
+        budget = max_new_tokens - (T - T0)  # tokens we may still emit; a pass emits at most depth + 1
+        tree = drafter.propose(buf[:, :T], warp, budget - 1)  # 1. propose
         if tree.depth > budget - 1:
             raise RuntimeError(f"the drafter proposed {tree.depth} tokens deep when at most {budget - 1} were allowed")
         past = lm.cache_len(cache)
         assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
-        if tree.is_chain and not needs_hidden and typical is None:
-            if n:
-                buf[0, T:T + n] = torch.as_tensor(tree.tokens)
-            logits = lm.forward_last(target, buf[:, past:T + n], cache, n + 1)[0]  # [n+1, V] pending + n drafts
-            emitted = verify(logits, tree, warp)  # accepted drafts + one corrected / bonus token
-            path = list(range(len(emitted) - 1))
-        else:  # chapter 04: the whole tree in one forward (tree mask), then walk it from the root
-            out = tree_forward(target, buf[:, past:T], tree.parents, tree.tokens, cache, hidden=needs_hidden)
-            logits, hidden = out if needs_hidden else (out, None)  # [n+1, V], layers x [1, T-past+n, H]
-            path, emitted = verify_tree(logits, tree, warp, typical)
-            compact(cache, T, path)  # keep the committed text and the accepted nodes' K/V
-        accepted = len(emitted) - 1
-        emitted = emitted[:budget]
-        hit = next((i for i, t in enumerate(emitted) if t in eos), None) if eos else None
-        if hit is not None:
-            emitted = emitted[: hit + 1]  # cut at the first EOS, even inside an accepted draft
+        logits, states = score(target, buf[:, past:T], tree, cache, drafter.needs_hidden)  # 2. [n+1, V]
+        path, emitted = verify_tree(logits, tree, warp, drafter.typical)  # 3. accepted nodes, their tokens + 1
+        emitted, done = cut(emitted, budget, eos)  # 4. commit
         k = len(emitted)
+        lm.keep(cache, T, path[:k - 1])  # the committed text's K/V but the new pending token's
+        if states is not None:  # the target's states at the committed tokens it read: the uncached ones, the nodes
+            states = tuple(h[0, list(range(T - past)) + [T - past + j for j in path[:k]]] for h in states)
         buf[0, T:T + k] = torch.as_tensor(emitted)
         T += k
-        lm.crop(cache, T - 1)  # drop the KV of rejected drafts; the new last token stays pending
         assert lm.cache_len(cache) == T - 1, f"target cache holds {lm.cache_len(cache)}, committed {T}"
-        gen.target_calls += 1
-        gen.accept_lengths.append(accepted)
-        gen.draft_lengths.append(tree.depth)
-        gen.draft_nodes.append(n)
-        if hit is not None:
-            break
-        if needs_hidden:  # chapter 05: the target's states at the committed tokens it just read
-            rows = list(range(T - k - past)) + [T - k - past + j for j in path[:k]]
-            drafter.commit(buf[:, :T], accepted, path[:k], hidden=tuple(h[0, rows] for h in hidden))
-        elif drafter is not None:
-            drafter.commit(buf[:, :T], accepted, path[:k])
-    gen.tokens = buf[0, T0:T].tolist()
-    gen.seconds = time.perf_counter() - start
+        gen.record(len(path), tree.depth, len(tree))
+        if not done:
+            drafter.commit(buf[:, :T], len(path), path[:k], states)
+    gen.tokens, gen.seconds = buf[0, T0:T].tolist(), time.perf_counter() - start
     return gen
 
 
@@ -244,15 +205,11 @@ def generate_naive(target, draft, input_ids, gamma: int = 3, max_new_tokens: int
                 qs.append(q)
         tree = DraftTree.chain(drafted[len(ids):], torch.cat(qs) if qs else None)
         logits = lm.forward(target, torch.tensor([drafted]))[0, len(ids) - 1:]  # [n+1, V]
-        emitted = verify(logits, tree, warp)
-        gen.accept_lengths.append(len(emitted) - 1)
-        gen.draft_lengths.append(n)
-        gen.draft_nodes.append(n)
-        gen.target_calls += 1
-        emitted = emitted[:budget]
-        hit = next((i for i, t in enumerate(emitted) if t in eos), None)
-        ids += emitted[: hit + 1] if hit is not None else emitted
-        if hit is not None:
+        path, emitted = verify_tree(logits, tree, warp)
+        gen.record(len(path), n, n)
+        emitted, done = cut(emitted, budget, eos)
+        ids += emitted
+        if done:
             break
     gen.tokens = ids[T0:]
     gen.seconds = time.perf_counter() - start

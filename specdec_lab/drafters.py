@@ -1,56 +1,59 @@
-"""Drafters: everything that proposes tokens for the target to verify.
+"""Drafters: the protocol the loop talks to, and the draft model, the first drafter of the course.
 
 Derived in notebooks/03_draft_target.ipynb.
 
-A drafter writes `propose()`; `decoding.generate` calls, for each sequence:
+`decoding.generate` asks a drafter for five things and nothing else (`Drafter` declares them, with types):
 
     drafter.start(target, prompt_ids)            once, before the first step (check the pair, reset state)
-    tree = drafter.propose(ids, warp, limit)     every step: a DraftTree of at most `limit` tokens after ids
-    drafter.commit(ids, accepted)                after verification: ids = the committed text now, of which
-                                                 the last `accepted` + 1 tokens are new this step
+    tree = drafter.propose(ids, warp, limit)     every step: a DraftTree at most `limit` tokens deep after ids
+    drafter.commit(ids, accepted, path, hidden)  after verification: ids = the committed text now
+    drafter.needs_hidden                         True: commit() gets the target's hidden states (Medusa, EAGLE)
+    drafter.typical                              None (exact), or Medusa's lossy (threshold, alpha)
 
 A stateless drafter (prompt lookup, say) only writes `propose`. A drafter that samples its tokens sets
 `tree.q` to the warped distributions it sampled from (`warp.probs`, `warp.sample`); a deterministic one
-leaves it None.
-
-Also here: two ways to make a draft model out of the target itself, `early_exit_model` (its first layers)
-and `fake_quantized_model` (its weights rounded to 4 bits).
+leaves it None. Drafts made from the target itself (early exit, int4) are in `draft_models`.
 """
 
 from __future__ import annotations
 
-import copy
-
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from specdec_lab import checks, lm
-from specdec_lab.decoding import Warp
-from specdec_lab.tree import DraftTree, branching_parents, compact, tree_depths, tree_mask
+from specdec_lab.draft_models import early_exit_model, fake_quantize, fake_quantized_model  # noqa: F401 (old imports)
+from specdec_lab.sampling import Warp
+from specdec_lab.tree import DraftTree, TreeBuilder
 
-__all__ = ["Drafter", "DraftModelDrafter", "early_exit_model", "fake_quantized_model", "fake_quantize"]
+__all__ = ["Drafter", "DraftModelDrafter"]
 
 
 class Drafter:
-    """Base class: override `propose`; `start` and `commit` do nothing unless the drafter keeps state."""
+    """The drafter protocol, as a base class: override `propose`; the rest defaults to a stateless drafter.
+
+    An object that does not subclass it is accepted too if it has all five members (checks.drafter).
+    """
+
+    needs_hidden: bool = False  # True: generate() passes commit() the target's hidden states (Medusa, EAGLE)
+    typical: tuple[float, float] | None = None  # (threshold, alpha): Medusa's lossy typical acceptance
 
     def start(self, target, ids: Tensor) -> None:
         """A new sequence begins with prompt ids [1, T]; check compatibility with `target`, reset state."""
 
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
-        """Draft at most `limit` tokens to follow the committed ids [1, T]."""
+        """Draft a tree at most `limit` tokens deep to follow the committed ids [1, T]."""
         raise NotImplementedError
 
-    needs_hidden = False  # True: generate() passes commit() the target's hidden states (Medusa, EAGLE)
-
-    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None, hidden=None) -> None:
+    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden: tuple[Tensor, ...] | None) -> None:
         """The verifier kept `accepted` drafts plus one token of its own; ids [1, T'] is the committed text.
 
-        path: the accepted nodes' indices in the proposed DraftTree (for a chain, 0 .. accepted - 1).
-        hidden (only when needs_hidden): HF's tuple of per-layer states, each [m, H], at the m committed
-        tokens the target read this pass (the uncached committed ones, then the accepted nodes); the last
-        row is the state whose LM head gave this pass's final token.
+        path: the proposed tree's nodes whose tokens were committed, root first (a chain's: 0 .. accepted - 1;
+        fewer when EOS or the length budget cut the step short).
+        hidden (only when needs_hidden, else None): HF's tuple of per-layer states, each [m, H], at the m
+        committed tokens the target read this pass (the uncached committed ones, then the committed nodes);
+        the last row is the state whose LM head gave this pass's final token.
         """
+
 
 
 def _vocab(model) -> int:
@@ -91,7 +94,7 @@ class DraftModelDrafter(Drafter):
             branching = [1] * gamma
         self.model, self.branching, self.gamma, self.cache = draft, branching, len(branching), None
         self.context = lm.context_length(draft) or float("inf")  # the draft's position table
-        self.tree, self.base = None, 0  # the last proposed tree and the committed length it was drafted after
+        self.base, self.fed = 0, 0  # the committed length the last tree was drafted after, its nodes in the cache
 
     def start(self, target, ids: Tensor) -> None:
         vt, vd = _vocab(target), _vocab(self.model)
@@ -111,17 +114,14 @@ class DraftModelDrafter(Drafter):
         # a pass emits at most depth + 1 tokens; drafting depth d reads the draft at positions up to T + d - 2,
         # so near the end of a shorter draft context the tree loses its last levels (then drafting stops)
         branching = self.branching[: max(min(limit, self.context - ids.shape[1] + 1), 0)]
+        self.base, self.fed = ids.shape[1], 0  # the committed length drafted after; drafted nodes in the cache
         if not branching:
-            self.tree = None  # nothing drafted: commit only crops
-            return DraftTree.chain([])
+            return DraftTree.chain([])  # nothing drafted: commit only crops
         past = lm.cache_len(self.cache)
         assert ids.shape[1] - 2 <= past <= ids.shape[1] - 1 or past == 0, f"draft cache {past}, text {ids.shape[1]}"
-        self.base = ids.shape[1]
         if all(b == 1 for b in branching):
-            self.tree = self._chain(ids[:, past:], warp, len(branching))
-        else:
-            self.tree = self._tree(ids[:, past:], warp, branching)
-        return self.tree
+            return self._chain(ids[:, past:], warp, len(branching))
+        return self._tree(ids[:, past:], warp, branching)
 
     def _chain(self, x: Tensor, warp: Warp, n: int) -> DraftTree:
         # x: [1, 1] the pending token; [1, 2] after an all-accepted step; the prompt at first
@@ -135,20 +135,16 @@ class DraftModelDrafter(Drafter):
                 x = warp.sample(q)  # [1, 1]
                 qs.append(q)
             tokens.append(x)
-        # the cache now holds len(ids) + n - 1 positions: the last draft was never fed
+        self.fed = n - 1  # the cache now holds base + n - 1 positions: the last draft was never fed
         return DraftTree.chain(torch.cat(tokens, 1)[0].tolist(), torch.cat(qs) if qs else None)  # q: [n, V]
 
     def _tree(self, x: Tensor, warp: Warp, branching: list[int]) -> DraftTree:
         logits = lm.forward_last(self.model, x, self.cache, 1)[0]  # [1, V] after the last committed token
-        tokens, parents, qs, frontier = [], [], [], [-1]  # frontier: the nodes `logits` rows belong to
+        grower, qs = TreeBuilder(self.base), []
         for level, b in enumerate(branching):
             if level:  # feed the frontier: one forward, each node sees the text, its ancestors and itself
-                m, fed = len(frontier), len(tokens) - len(frontier)  # frontier = the last m nodes
-                mask = torch.cat([torch.ones(m, self.base, dtype=torch.bool),
-                                  tree_mask(parents)[-m:]], 1)  # [m, base + all nodes]
-                positions = torch.full((m,), self.base + level - 1)  # [m] all at this depth
-                assert lm.cache_len(self.cache) == self.base + fed
-                frontier_ids = torch.tensor([tokens[-m:]], device=x.device)  # [1, m]
+                tokens, positions, mask = grower.feed()  # [m], [m], [m, base + fed + m]
+                frontier_ids = torch.tensor([tokens], device=x.device)  # [1, m]
                 logits = lm.forward(self.model, frontier_ids, self.cache, positions, mask)[0]  # [m, V]
             if warp.greedy:
                 kids = logits.topk(b, -1).indices  # [m, b] distinct picks
@@ -156,89 +152,11 @@ class DraftModelDrafter(Drafter):
                 q = warp.probs(logits)  # [m, V]
                 kids = torch.multinomial(q, b, replacement=True, generator=warp.generator)  # [m, b] i.i.d.
                 qs.append(q.repeat_interleave(b, 0))  # [m*b, V] each child's proposal row
-            new = []
-            for row, parent in enumerate(frontier):
-                for token in kids[row].tolist():
-                    new.append(len(tokens))
-                    tokens.append(token)
-                    parents.append(parent)
-            frontier = new
-        # the cache holds base + (nodes above the last level): the last level was never fed
-        return DraftTree(tokens, parents, torch.cat(qs) if qs else None)
+            grower.grow_each(kids.tolist())
+        self.fed = len(grower.fed)  # the nodes above the last level, in index order: the last level never was
+        return grower.tree(torch.cat(qs) if qs else None)
 
-    def commit(self, ids: Tensor, accepted: int, path: list[int] | None = None, hidden=None) -> None:
-        if self.tree is not None and not self.tree.is_chain:
-            fed = sum(d < self.tree.depth - 1 for d in tree_depths(self.tree.parents))  # the last level never was
-            compact(self.cache, self.base, path or [], fed)  # keep the text and the accepted nodes' K/V
-        lm.crop(self.cache, ids.shape[1] - 1)  # after a rejection: forget the drafts past the accepted ones
-        # all accepted: nothing to crop, the cache holds len(ids) - 2 (one behind)
-
-
-# ---- drafts made from the target itself -------------------------------------------------------------
-
-
-def _decoder(model):
-    """(the inner decoder with .layers, .embed_tokens, .norm) of a Llama-style causal LM, or a clear error."""
-    inner = getattr(model, "model", None)
-    if inner is None or not all(hasattr(inner, a) for a in ("layers", "embed_tokens", "norm")):
-        raise NotImplementedError(f"{type(model).__name__} is not a Llama-style model (model.model.layers, "
-                                  "embed_tokens, norm); early exit is written for those")
-    return inner
-
-
-def early_exit_model(target, layers: int):
-    """The target cut after its first `layers` decoder layers, then its final norm and LM head.
-
-    The modules are SHARED with the target (no copy): the result costs about layers / L of a target pass.
-    Unless the target was trained with early-exit losses, the intermediate hidden state is not what the
-    final norm and LM head expect, and the drafts are poor.
-    """
-    inner = _decoder(target)
-    total = len(inner.layers)
-    if not 1 <= layers < total:
-        raise ValueError(f"layers must be in [1, {total - 1}] for a target with {total} layers, got {layers}")
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = layers
-    for key in ("layer_types", "mlp_layer_types"):  # per-layer lists must match the new depth
-        if isinstance(getattr(config, key, None), list):
-            setattr(config, key, getattr(config, key)[:layers])
-    with torch.device("meta"):
-        model = type(target)(config)  # the skeleton; every module is replaced by the target's below
-    model.model.embed_tokens = inner.embed_tokens
-    model.model.layers = nn.ModuleList(inner.layers[:layers])
-    model.model.norm = inner.norm
-    model.model.rotary_emb = inner.rotary_emb
-    model.lm_head = target.lm_head
-    model.generation_config = copy.deepcopy(target.generation_config)
-    return model.eval()
-
-
-def fake_quantize(weight: Tensor, bits: int = 4, group_size: int = 32) -> Tensor:
-    """Round each group of `group_size` input weights to 2**bits levels (symmetric), returned in fp32.
-
-    scale = max|w| / (2**(bits-1) - 1) per group; w -> clamp(round(w / scale)) * scale. The stored int4
-    values would take 1/8 of fp32's memory; here we only simulate the rounding error.
-    """
-    out_features, in_features = weight.shape
-    if in_features % group_size:
-        raise ValueError(f"in_features {in_features} is not a multiple of group_size {group_size}")
-    levels = 2 ** (bits - 1) - 1  # 7 for int4: values -7..7
-    w = weight.float().reshape(out_features, in_features // group_size, group_size)  # [out, groups, g]
-    scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-12) / levels  # [out, groups, 1]
-    q = (w / scale).round().clamp(-levels, levels)  # [out, groups, g] integers
-    return (q * scale).reshape(out_features, in_features).to(weight.dtype)  # [out, in]
-
-
-def fake_quantized_model(target, bits: int = 4, group_size: int = 32):
-    """A deep copy of the target with every Linear inside its decoder layers fake-quantized.
-
-    Embeddings and the LM head stay in full precision (common practice). The copy still computes in fp32,
-    so it runs exactly as fast as the target: on hardware without int4 kernels it is a costly draft.
-    """
-    model = copy.deepcopy(target)
-    with torch.no_grad():
-        for layer in _decoder(model).layers:
-            for module in layer.modules():
-                if isinstance(module, nn.Linear):
-                    module.weight.copy_(fake_quantize(module.weight, bits, group_size))
-    return model.eval()
+    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden=None) -> None:
+        # keep the committed text's K/V (the last committed token stays pending): the accepted nodes that were
+        # fed; after a fully accepted step the last draft never was, and the cache lags one token
+        lm.keep(self.cache, self.base, [j for j in path[: ids.shape[1] - 1 - self.base] if j < self.fed])

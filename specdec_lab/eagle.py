@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specdec_lab import checks, lm
-from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.precision import autocast
-from specdec_lab.tree import DraftTree, tree_mask
+from specdec_lab.sampling import Warp
+from specdec_lab.tree import DraftTree, TreeBuilder
 
 __all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers",
            "cache_states", "ttt_mask", "unroll", "eagle_loss", "train_eagle_net", "eagle_accuracy",
@@ -71,31 +71,10 @@ def rope(x: Tensor, positions: Tensor, theta: float = 10000.0) -> Tensor:
     return x * cos + half * sin
 
 
-class KVCache:
-    """The draft's own cache: keys and values [B, heads, L, d], grown by concatenation, cut by crop/gather."""
-
-    def __init__(self):
-        self.k = self.v = None
-
-    def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add [B, heads, n, d] keys/values; returns everything cached, [B, heads, L + n, d] each."""
-        self.k = k if self.k is None else torch.cat([self.k, k], 2)
-        self.v = v if self.v is None else torch.cat([self.v, v], 2)
-        return self.k, self.v
-
-    def crop(self, length: int) -> None:
-        """Keep the first `length` positions."""
-        if self.k is not None:
-            self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
-
-    def gather(self, keep: Sequence[int]) -> None:
-        """Keep the positions `keep` (in that order)."""
-        if self.k is not None:
-            idx = torch.as_tensor(list(keep), dtype=torch.long, device=self.k.device)
-            self.k, self.v = self.k[:, :, idx], self.v[:, :, idx]
+def KVCache():
+    """The draft's own cache: a one-layer Hugging Face cache, grown by `lm.append` and rolled back by `lm.keep`
+    like the target's (keys and values [B, heads, L, d])."""
+    return lm.new_cache()
 
 
 class DraftLayer(nn.Module):
@@ -112,7 +91,7 @@ class DraftLayer(nn.Module):
         self.gate, self.up = nn.Linear(hidden, mlp, bias=False), nn.Linear(hidden, mlp, bias=False)
         self.down = nn.Linear(mlp, hidden, bias=False)
 
-    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None = None, cache=None) -> Tensor:
         """x [B, n, H] at positions [n]; mask bool [n, L + n] (True = may attend; None = causal) over the L
         cached positions then the n new ones. The new keys/values are appended to `cache`."""
         B, n, H = x.shape
@@ -120,7 +99,7 @@ class DraftLayer(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x [B, h, n, d]
         q, k = rope(q, positions), rope(k, positions)
         if cache is not None:
-            k, v = cache.append(k, v)  # [B, h, L + n, d]
+            k, v = lm.append(cache, k, v)  # [B, h, L + n, d]
         L = k.shape[2] - n
         if mask is None:  # causal: everything cached, then the new tokens in order
             mask = torch.ones(n, L + n, dtype=torch.bool, device=x.device).tril(L)  # [n, L + n]
@@ -461,9 +440,9 @@ class EagleDrafter(Drafter):
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @torch.no_grad()
-    def commit(self, ids: Tensor, accepted: int, path=None, hidden=None) -> None:
+    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
         """Replace the drafted nodes in the cache by the true pairs of the positions the target just read."""
-        self.cache.crop(self.n_true)  # drop the drafted nodes: their features were predictions
+        lm.keep(self.cache, self.n_true)  # drop the drafted nodes: their features were predictions
         m = min(hidden[0].shape[0], ids.shape[1] - 1 - self.n_true)  # rows whose next token is committed
         feature = self.net.true_feature([h[:m] for h in hidden])[None]  # [1, m, H]
         tokens = ids[:, self.n_true + 1: self.n_true + 1 + m]  # [1, m] the token after each of those positions
@@ -476,65 +455,41 @@ class EagleDrafter(Drafter):
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
         if self.root is None or limit < 1:
             return DraftTree([], [])  # the prefill pass drafts nothing
-        assert len(self.cache) == self.n_true == ids.shape[1] - 1, "the draft cache must hold only true pairs"
+        assert lm.cache_len(self.cache) == self.n_true == ids.shape[1] - 1, "the draft cache must hold true pairs only"
         if self.dynamic:
             return self._dynamic(min(self.depth, limit))
         return self._static(self.branching[:limit])
 
-    def _feed(self, feats: Tensor, tokens: list[int], level: int, anc: Tensor) -> tuple[Tensor, Tensor]:
-        """Feed m frontier nodes at depth `level`: feats [m, H] (their parents' outputs), anc [m, fed] bool
-        (which already-fed nodes are each one's ancestors). Returns (outputs [m, H], log-probs [m, V])."""
-        m = len(tokens)
-        mask = torch.cat([torch.ones(m, self.n_true, dtype=torch.bool), anc, torch.eye(m, dtype=torch.bool)], 1)
-        positions = torch.full((m,), self.n_true + level)  # [m] siblings share a position
-        ids = torch.tensor([tokens], device=feats.device)  # [1, m]
-        out = self.net(feats[None], ids, positions, mask, self.cache)[0]  # [m, H]
+    def _feed(self, grower: TreeBuilder, out: Tensor) -> tuple[Tensor, Tensor]:
+        """One forward over the frontier: each node reads its parent's output (a row of the last forward's
+        `out` [m', H]) and its own token, at position n_true + depth. Returns (outputs [m, H], log-probs [m, V])."""
+        rows = [grower.rows[i] for i in grower.frontier]  # [m] its parent's row in `out`
+        tokens, positions, mask = grower.feed()  # [m], [m], [m, n_true + fed + m]
+        ids = torch.tensor([tokens], device=out.device)  # [1, m]
+        out = self.net(out[rows][None], ids, positions, mask, self.cache)[0]  # [m, H]
         return out, F.log_softmax(self.net.logits(out).float(), -1)  # [m, H], [m, V]
 
     def _static(self, branching: list[int]) -> DraftTree:
-        tokens, parents = [], []
-        frontier, out = [-1], self.root[None]  # nodes whose children come next; their outputs [m, H]
-        logp = F.log_softmax(self.net.logits(out).float(), -1)  # [1, V]
-        fed: list[int] = []  # node indices in the order they entered the cache
+        grower, out = TreeBuilder(self.n_true), self.root[None]  # out: the frontier's outputs [m, H]
+        logp = F.log_softmax(self.net.logits(out).float(), -1)  # [1, V] after the pending token
         for level, b in enumerate(branching):
-            if level:  # one forward over the frontier
-                mask = tree_mask(parents)  # [n, n] ancestors
-                anc = mask[frontier][:, fed]  # [m, fed]
-                feats = out[[parent_row[i] for i in frontier]]  # each node reads its parent's output
-                out, logp = self._feed(feats, [tokens[i] for i in frontier], level - 1, anc)
-                fed += frontier
-            kids = logp.topk(b, -1).indices.tolist()  # [m, b] distinct picks
-            new, parent_row = [], {}
-            for row, p in enumerate(frontier):
-                for t in kids[row]:
-                    parent_row[len(tokens)] = row  # the row of `out` holding this node's parent's output
-                    new.append(len(tokens))
-                    tokens.append(t)
-                    parents.append(p)
-            frontier = new
-        return DraftTree(tokens, parents)
+            if level:
+                out, logp = self._feed(grower, out)
+            grower.grow_each(logp.topk(b, -1).indices.tolist())  # [m, b] distinct picks per frontier node
+        return grower.tree()
 
     def _dynamic(self, depth: int) -> DraftTree:
-        k = self.topk
-        tokens, parents, scores = [], [], []  # every candidate ever proposed (the pool)
-        frontier, out, fed = [-1], self.root[None], []  # the nodes expanded next, their outputs [m, H]
+        grower, out, scores = TreeBuilder(self.n_true), self.root[None], []  # every candidate ever proposed
         logp = F.log_softmax(self.net.logits(out).float(), -1)  # [1, V] after the pending token
         for level in range(depth):
-            if level:  # one forward over the frontier (each reads its parent's output and its own token)
-                anc = tree_mask(parents)[frontier][:, fed]  # [m, fed] ancestors among the fed nodes
-                feats = torch.stack([out_of[i] for i in frontier])  # [m, H]
-                out, logp = self._feed(feats, [tokens[i] for i in frontier], level - 1, anc)  # [m, H], [m, V]
-                fed += frontier
-            base = torch.tensor([0.0 if i < 0 else scores[i] for i in frontier], device=logp.device)  # [m]
-            rows, toks, sc = expand_step(base, logp, k)  # m * k candidates, best first
-            new, out_of = [], {}
-            for r, t, s in zip(rows.tolist(), toks.tolist(), sc.tolist()):
-                out_of[len(tokens)] = out[r]  # its input feature when fed: the parent's output
-                new.append(len(tokens))
-                tokens.append(t)
-                parents.append(frontier[r])
-                scores.append(s)
-            frontier = new[:k]  # keep the k best of this depth for expansion
-        keep = select_nodes(scores, parents, self.budget)  # best `budget` of the pool, parents first
+            if level:
+                out, logp = self._feed(grower, out)  # [m, H], [m, V]
+            base = torch.tensor([0.0 if i < 0 else scores[i] for i in grower.frontier], device=logp.device)  # [m]
+            rows, tokens, sc = expand_step(base, logp, self.topk)  # m * k candidates, best first
+            new = grower.grow(rows.tolist(), tokens.tolist())
+            scores += sc.tolist()
+            grower.frontier = new[:self.topk]  # keep the k best of this depth for expansion
+        keep = select_nodes(scores, grower.parents, self.budget)  # best `budget` of the pool, parents first
         index = {old: new for new, old in enumerate(keep)}
-        return DraftTree([tokens[i] for i in keep], [-1 if parents[i] < 0 else index[parents[i]] for i in keep])
+        return DraftTree([grower.tokens[i] for i in keep], [-1 if grower.parents[i] < 0 else index[grower.parents[i]]
+                                                            for i in keep])

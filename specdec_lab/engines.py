@@ -7,7 +7,7 @@ Derived in notebooks/08_showdown.ipynb. Every engine exposes the same few number
     tree depth / top-k per level (EAGLE-2)   (chains)                    --speculative-num-steps / --speculative-eagle-topk
     nodes verified per pass, root excluded   (= γ)                       --speculative-num-draft-tokens, root INCLUDED
 
-Hugging Face `generate` reads the draft length from the assistant's generation_config (see lm.hf_generate);
+Hugging Face `generate` reads the draft length from the assistant's generation_config (see measure.hf_generate);
 llama.cpp's server takes a draft model with -md and its length with --draft-max. The strings below are the
 flags as those projects document them; engines change fast, so check your version's documentation.
 """

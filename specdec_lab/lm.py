@@ -3,9 +3,10 @@ KV-cache crop and gather.
 
 The cache invariant used throughout the course: the cache holds every committed token EXCEPT the last one,
 which is the next token fed to the model. After verification we `crop` (chain) or `gather` (tree) the cache
-back to the committed prefix, so cache_len(cache) == len(committed) - 1 before every forward.
+back to the committed prefix (`keep`), so cache_len(cache) == len(committed) - 1 before every forward.
 
-This is the only module that knows about transformers versions (tests pass on 4.53 to 5.24):
+This is the only module that knows about transformers versions for the course's own decoders (tests pass on
+4.53 to 5.24; Hugging Face's own generate, the baseline, is driven by `measure.hf_generate`):
   * forward keyword: `cache=` from late 5.2x (`past_key_values=` then warns), `past_key_values=` before
     (4.x and 5.0 to 5.20): read from the model's own forward signature;
   * `Cache.crop`: 4.x and early 5.x take an absolute length or a negative count; from about 5.15 a positive
@@ -28,7 +29,7 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-__all__ = ["new_cache", "cache_len", "forward", "crop", "gather", "attention_mask_4d", "dtype_kwargs", "hf_generate",
+__all__ = ["new_cache", "append", "cache_len", "forward", "keep", "crop", "gather", "attention_mask_4d", "dtype_kwargs",
            "forward_last", "context_length", "custom_mask_problem", "require_custom_masks"]
 
 
@@ -54,11 +55,16 @@ def _cache_keyword(model) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def new_cache(model) -> DynamicCache:
-    """An empty KV cache for `model`."""
-    if "config" in inspect.signature(DynamicCache.__init__).parameters:  # >= 4.56
+def new_cache(model=None) -> DynamicCache:
+    """An empty KV cache for `model` (None: a plain one, for a layer written by hand such as EAGLE's draft)."""
+    if model is not None and "config" in inspect.signature(DynamicCache.__init__).parameters:  # >= 4.56
         return DynamicCache(config=model.config)
     return DynamicCache()
+
+
+def append(cache, keys: torch.Tensor, values: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Add keys/values [B, heads, n, d] to one layer of `cache`; returns all of that layer's [B, heads, L + n, d]."""
+    return cache.update(keys, values, layer)
 
 
 def cache_len(cache) -> int:
@@ -164,6 +170,21 @@ def crop(cache, length: int) -> None:
         cache.crop(-remove)      # a negative count: required by 5.20+, accepted since 4.x
 
 
+def keep(cache, base: int, nodes=()) -> None:
+    """THE rollback: keep the cache's first `base` positions, then the K/V of the drafted `nodes` (ascending).
+
+    After a forward over a draft, node j's K/V sits at position base + j (base = the committed length it was
+    drafted after). A chain's accepted drafts are a prefix (0, 1, .., m - 1): a crop. A tree's accepted path
+    is not: a gather. Either way nothing is recomputed: each kept node's K/V was computed with exactly its
+    own path in view. Used for the target, the draft model, EAGLE's draft and lookahead's window alike.
+    """
+    nodes = list(nodes)
+    if nodes == list(range(len(nodes))):
+        crop(cache, base + len(nodes))
+    else:
+        gather(cache, list(range(base)) + [base + j for j in nodes])
+
+
 def gather(cache, indices) -> None:
     """Keep only the cached positions `indices` (1D, ascending absolute positions), in every layer."""
     idx = torch.as_tensor(indices, dtype=torch.long).reshape(-1)                         # [k]
@@ -186,62 +207,6 @@ def gather(cache, indices) -> None:
             cache.key_cache[i] = keys.index_select(-2, j)                                # [B, h, k, d]
             cache.value_cache[i] = cache.value_cache[i].index_select(-2, j)              # [B, h, k, d]
         cache._seen_tokens = len(idx)                          # 4.53 keeps a tally that crop resets too
-
-
-def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None, assistant=None,
-                num_assistant_tokens: int = 4, schedule: str = "constant",
-                confidence_threshold: float | None = None, prompt_lookup_num_tokens: int | None = None,
-                temperature: float = 0.0) -> torch.Tensor:
-    """Hugging Face's own `model.generate`, assisted by `assistant` when given: the new ids [n].
-
-    temperature 0: greedy; otherwise sampling from softmax(logits / temperature) with no top-k or top-p
-    (HF's default top_k=50 is switched off), drawing from torch's global generator.
-    prompt_lookup_num_tokens: HF's prompt lookup decoding instead (draft length; HF's own n-gram size, 2).
-
-    eos_token_id None: never stop early (the model's generation_config default is overridden).
-    Assisted generation reads its draft settings from the ASSISTANT's generation_config, in 4.x and in 5.x
-    alike: `num_assistant_tokens=...` passed to `generate()` itself is ignored there (5.24: the draft length
-    stays at the assistant's default of 20, and its default confidence threshold of 0.4 cuts drafts short).
-    So we set `num_assistant_tokens`, `num_assistant_tokens_schedule` and `assistant_confidence_threshold`
-    (None or 0: off) on the assistant's config for this call and restore them afterwards ("heuristic"
-    rewrites `num_assistant_tokens` in place).
-    """
-    from transformers.utils import logging as hf_logging
-
-    # Keywords, not a GenerationConfig: 5.x fills a config's None fields from the model's defaults, which
-    # would bring back the model's EOS; an explicit eos_token_id=None keyword switches it off.
-    # The pad id stays the model's own (or None): HF's assistant masks every occurrence of the pad id in the
-    # text, so a pad id that the model also generates (say 0) silently corrupts the drafts.
-    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                  attention_mask=torch.ones_like(ids))
-    if temperature > 0:
-        kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    saved = None
-    if assistant is not None:
-        assistant_config = assistant.generation_config
-        keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-        saved = {k: getattr(assistant_config, k, None) for k in keys}
-        assistant_config.num_assistant_tokens = num_assistant_tokens
-        assistant_config.num_assistant_tokens_schedule = schedule
-        assistant_config.assistant_confidence_threshold = confidence_threshold or 0.0
-        kwargs["assistant_model"] = assistant
-    if prompt_lookup_num_tokens is not None:
-        kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
-        if eos_token_id is None:  # 4.53's prompt lookup needs an EOS id to search for: one no model can emit
-            kwargs["eos_token_id"] = model.config.get_text_config().vocab_size
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the assistant's inner generate() warns about its own config
-    try:
-        with torch.no_grad():
-            out = model.generate(ids, **kwargs)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if saved is not None:
-            for k, v in saved.items():
-                setattr(assistant.generation_config, k, v)
-    # 4.53's prompt lookup can accept a whole candidate past max_new_tokens (greedy-correct tokens, too many of
-    # them); cut to the budget so every method is compared on the same text.
-    return out[0, ids.shape[1]:ids.shape[1] + max_new_tokens]
 
 
 _FORWARD_KEYWORDS: dict[type, tuple[bool, str]] = {}  # model class -> (takes logits_to_keep, cache keyword)

@@ -15,6 +15,14 @@ fixed point is the greedy continuation, reached in at most N iterations. Lookahe
 
 Greedy only: every emitted token is the target's argmax after the committed text, so the output equals
 greedy decoding token for token.
+
+Why lookahead keeps a loop of its own instead of riding `decoding.generate` as a drafter: its window is a
+tree of nodes no verified path may pass through, and its drafter needs the target's predictions AT those
+nodes (the next Jacobi level) back from the same forward; and it verifies G n-grams by the longest match,
+where the tree walk takes the first matching child. Through `generate` that would mean a second kind of
+node, the target's logits handed to the drafter, and a trie of the guesses: a harder loop for every method.
+So it shares every piece instead: the mask (`tree.tree_mask`: the pending tokens, window and guesses are one
+tree), the length/EOS `cut`, the rollback `lm.keep` and the statistics (`Generation.record`).
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ import torch
 from torch import Tensor
 
 from specdec_lab import checks, lm
-from specdec_lab.decoding import Generation, _prompt
+from specdec_lab.decoding import Generation, _prompt, cut
 from specdec_lab.ngram import NgramPool
+from specdec_lab.tree import tree_depths, tree_mask
 
 __all__ = ["jacobi_iteration", "jacobi_decode", "JacobiResult", "lookahead_layout", "lookahead_generate"]
 
@@ -77,7 +86,7 @@ def jacobi_decode(target, input_ids, n: int, guess=None) -> JacobiResult:
     while iterations < n:
         x = torch.cat([ids[:, -1:], y[None, :-1]], 1)  # [1, n]: last prompt token, then guesses 0..n-2
         new = lm.forward_last(target, x, cache, n)[0].argmax(-1)  # [n]
-        lm.crop(cache, T - 1)
+        lm.keep(cache, T - 1)
         iterations += 1
         if torch.equal(new, y):
             break  # a fixed point: y already was the greedy continuation
@@ -101,25 +110,15 @@ def lookahead_layout(pending: int, window: int, levels: int, guesses: int, ngram
     Cached per shape: the tensors returned are shared, do not modify them in place.
     """
     P, W, L, G, m = pending, window, levels, guesses, ngram - 1
-    n = P + L * W + G * m
-    mask = torch.zeros(n, n, dtype=torch.bool)  # [n, n] True = row may attend to column
-    offsets = torch.zeros(n, dtype=torch.long)  # [n] position minus the first pending token's position
-    mask[:, :P] = True
-    mask[:P, :P] = torch.ones(P, P, dtype=torch.bool).tril()  # pending tokens: causal among themselves
-    offsets[:P] = torch.arange(P)
-    t = P - 1
+    # one tree: the pending tokens are a chain; level 0 of the window continues it column by column, level l
+    # continues column j of level l - 1; each guess is a chain off the current token
+    parents = list(range(-1, P - 1))
     for l in range(L):
-        for j in range(W):
-            r = P + l * W + j
-            offsets[r] = t + 1 + l + j
-            mask[r, P:P + j + 1] = True  # level 0, columns 0..j
-            mask[r, [P + k * W + j for k in range(1, l + 1)]] = True  # levels 1..l of column j (itself last)
+        parents += [(P - 1 if j == 0 else P + j - 1) if l == 0 else P + (l - 1) * W + j for j in range(W)]
     for g in range(G):
         start = P + L * W + g * m
-        for i in range(m):
-            offsets[start + i] = t + 1 + i
-            mask[start + i, start:start + i + 1] = True  # causal within its own n-gram
-    return mask, offsets
+        parents += [P - 1] + list(range(start, start + m - 1))
+    return tree_mask(parents), torch.tensor(tree_depths(parents), dtype=torch.long)  # [n, n], [n]
 
 
 @torch.inference_mode()
@@ -181,22 +180,12 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
         elif L:
             levels.append(out)
         # commit, cut at the budget and at EOS, keep the KV of the committed tokens only
-        emitted = emitted[:max_new_tokens - (len(committed) - T0)]
-        hit = next((i for i, t in enumerate(emitted) if t in eos), None)
-        if hit is not None:
-            emitted = emitted[:hit + 1]
-        keep = list(range(past + P)) + [past + i for i in used[:len(emitted) - 1]]
-        if len(keep) == past + P:
-            lm.crop(cache, past + P)
-        else:
-            lm.gather(cache, keep)
+        emitted, done = cut(emitted, max_new_tokens - (len(committed) - T0), eos)
+        lm.keep(cache, past + P, [i - P for i in used[:len(emitted) - 1]])  # input i sits at cache position past + i
         committed += emitted
         assert lm.cache_len(cache) == len(committed) - 1, f"cache {lm.cache_len(cache)}, text {len(committed)}"
-        gen.target_calls += 1
-        gen.accept_lengths.append(accepted)
-        gen.draft_lengths.append(m if cands else 0)
-        gen.draft_nodes.append(len(cands) * m)  # the window's L*W tokens are computed too, not verified
-        if hit is not None:
+        gen.record(accepted, m if cands else 0, len(cands) * m)  # the window's L*W tokens are computed, not verified
+        if done:
             break
     gen.tokens = committed[T0:]
     gen.seconds = time.perf_counter() - start

@@ -1,4 +1,6 @@
-"""The course's one way to time forward passes, and its two cost ratios c and v(n).
+"""Measurements: the course's one way to time forward passes (its two cost ratios c and v(n)), Hugging Face's
+own `generate` as the baseline every decoder is checked and timed against (`hf_generate`), and what a draft
+tree achieves on one prompt (`topk_hit_rates`, `measure_tree`, chapter 04's explorer).
 
     c    = time of one cached 1-token draft forward / time of one cached 1-token target forward
     v(n) = time of one cached n-token target forward / time of one cached 1-token target forward   (v(1) = 1)
@@ -28,7 +30,7 @@ import torch
 
 from specdec_lab import lm
 
-__all__ = ["PATTERNS", "forward_costs", "cost_ratios"]
+__all__ = ["PATTERNS", "forward_costs", "cost_ratios", "hf_generate", "topk_hit_rates", "measure_tree"]
 
 PATTERNS = ("loop", "bench")
 
@@ -103,3 +105,113 @@ def cost_ratios(times: dict[tuple[str, int], float], target: str = "target",
     c = times[(draft, 1)] / one if (draft, 1) in times else None
     v = {n: ms / one for (name, n), ms in sorted(times.items()) if name == target}
     return c, v
+
+
+# ---- Hugging Face's own generate: the baseline every decoder of the course is compared with ------------------
+
+
+def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None, assistant=None,
+                num_assistant_tokens: int = 4, schedule: str = "constant",
+                confidence_threshold: float | None = None, prompt_lookup_num_tokens: int | None = None,
+                temperature: float = 0.0) -> torch.Tensor:
+    """Hugging Face's own `model.generate`, assisted by `assistant` when given: the new ids [n].
+
+    temperature 0: greedy; otherwise sampling from softmax(logits / temperature) with no top-k or top-p
+    (HF's default top_k=50 is switched off), drawing from torch's global generator.
+    prompt_lookup_num_tokens: HF's prompt lookup decoding instead (draft length; HF's own n-gram size, 2).
+
+    eos_token_id None: never stop early (the model's generation_config default is overridden).
+    Assisted generation reads its draft settings from the ASSISTANT's generation_config, in 4.x and in 5.x
+    alike: `num_assistant_tokens=...` passed to `generate()` itself is ignored there (5.24: the draft length
+    stays at the assistant's default of 20, and its default confidence threshold of 0.4 cuts drafts short).
+    So we set `num_assistant_tokens`, `num_assistant_tokens_schedule` and `assistant_confidence_threshold`
+    (None or 0: off) on the assistant's config for this call and restore them afterwards ("heuristic"
+    rewrites `num_assistant_tokens` in place).
+    """
+    from transformers.utils import logging as hf_logging
+
+    # Keywords, not a GenerationConfig: 5.x fills a config's None fields from the model's defaults, which
+    # would bring back the model's EOS; an explicit eos_token_id=None keyword switches it off.
+    # The pad id stays the model's own (or None): HF's assistant masks every occurrence of the pad id in the
+    # text, so a pad id that the model also generates (say 0) silently corrupts the drafts.
+    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                  attention_mask=torch.ones_like(ids))
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    saved = None
+    if assistant is not None:
+        assistant_config = assistant.generation_config
+        keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+        saved = {k: getattr(assistant_config, k, None) for k in keys}
+        assistant_config.num_assistant_tokens = num_assistant_tokens
+        assistant_config.num_assistant_tokens_schedule = schedule
+        assistant_config.assistant_confidence_threshold = confidence_threshold or 0.0
+        kwargs["assistant_model"] = assistant
+    if prompt_lookup_num_tokens is not None:
+        kwargs["prompt_lookup_num_tokens"] = prompt_lookup_num_tokens
+        if eos_token_id is None:  # 4.53's prompt lookup needs an EOS id to search for: one no model can emit
+            kwargs["eos_token_id"] = model.config.get_text_config().vocab_size
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the assistant's inner generate() warns about its own config
+    try:
+        with torch.no_grad():
+            out = model.generate(ids, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if saved is not None:
+            for k, v in saved.items():
+                setattr(assistant.generation_config, k, v)
+    # 4.53's prompt lookup can accept a whole candidate past max_new_tokens (greedy-correct tokens, too many of
+    # them); cut to the budget so every method is compared on the same text.
+    return out[0, ids.shape[1]:ids.shape[1] + max_new_tokens]
+
+
+# ---- what a draft tree achieves on one prompt (chapter 04's explorer) ----------------------------------------
+
+
+def topk_hit_rates(target, draft, ids, max_new_tokens: int = 40, k: int = 4, eos_token_id=None) -> list[float]:
+    """hit[j-1] = fraction of the target's greedy continuation of ids [1, T] whose token is among the draft's
+    top j there (teacher-forced: the draft reads the prompt plus the target's own tokens), j = 1..k.
+
+    Under greedy verification a level of j children after an accepted node is accepted exactly when this
+    event happens at that position, so these are the h(j) of the tree model (hit[0] is the chain's α).
+    """
+    import torch
+
+    from specdec_lab import lm
+    from specdec_lab.decoding import generate
+
+    with torch.inference_mode():
+        want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
+        full = torch.cat([ids, torch.tensor([want], device=ids.device)], 1)  # [1, T + n]
+        T = ids.shape[1]
+        logits = lm.forward(draft, full)[0, T - 1: T - 1 + len(want)]  # [n, V] the draft before each token
+        top = logits.topk(k, -1).indices  # [n, k]
+        hit = (top == torch.tensor(want, device=ids.device)[:, None]).int().cumsum(-1)  # [n, k] in top j?
+    return hit.float().mean(0).tolist()
+
+
+def measure_tree(target, draft, ids, branching: list[int], max_new_tokens: int = 40, eos_token_id=None) -> dict:
+    """The explorer's second mode: run the real pair with DraftModelDrafter(branching) on one prompt ids [1, T].
+
+    Returns the measured τ (tokens per target pass), the nodes verified per pass, whether the output equals
+    the target's greedy decoding, and the prediction `economics.tree_expected_tokens(branching, hit)` with the
+    top-k hit rates measured on the same prompt (`topk_hit_rates`), for the tree and for the chain.
+    """
+    from specdec_lab.decoding import generate
+    from specdec_lab.drafters import DraftModelDrafter
+    from specdec_lab.economics import tree_expected_tokens
+
+    hit = topk_hit_rates(target, draft, ids, max_new_tokens, max(branching), eos_token_id)
+    want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
+    gen = generate(target, ids, DraftModelDrafter(draft, branching=list(branching)), max_new_tokens=max_new_tokens,
+                   eos_token_id=eos_token_id)
+    return {
+        "branching": list(branching),
+        "hit": hit,
+        "predicted_tau": tree_expected_tokens(branching, hit),
+        "measured_tau": len(gen.tokens) / gen.target_calls,
+        "target_calls": gen.target_calls,
+        "nodes_per_pass": sum(gen.draft_nodes) / gen.target_calls,
+        "same_as_greedy": gen.tokens == want,
+    }

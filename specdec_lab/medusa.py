@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specdec_lab import checks, lm
-from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.precision import autocast
+from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
 
 __all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES", "head_loss", "train_heads",
@@ -262,13 +262,7 @@ class MedusaDrafter(Drafter):
             raise checks.ArgumentError(f"the choices are {depth} deep but there are only {heads.num_heads} heads: "
                                        f"keep paths of at most {heads.num_heads} ranks")
         self.topk = max(max(c) for c in self.choices) + 1
-        if typical is not None:
-            if not isinstance(typical, (tuple, list)) or len(typical) != 2:
-                raise checks.ArgumentError(f"typical must be None (exact) or (threshold, alpha), e.g. (0.09, 0.3), "
-                                           f"got {typical!r}")
-            typical = (checks.real(typical[0], "typical's threshold", "in (0, 1]", lambda t: 0 < t <= 1),
-                       checks.real(typical[1], "typical's alpha", "> 0", lambda a: a > 0))
-        self.typical = typical
+        self.typical = checks.typical(typical)
         self.h = None  # [H] the target's last hidden state
 
     @classmethod
@@ -292,6 +286,6 @@ class MedusaDrafter(Drafter):
         parents = choices_parents([self.choices[i] for i in keep])
         return DraftTree(tokens, parents)  # q=None: deterministic picks, exact under sampling too
 
-    def commit(self, ids: Tensor, accepted: int, path=None, hidden=None) -> None:
+    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
         self.h = hidden[-1][-1]  # [H] the last committed-and-fed position's final hidden state
 

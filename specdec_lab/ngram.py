@@ -20,8 +20,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from torch import Tensor
 
 from specdec_lab import checks
-from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
+from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree
 
 __all__ = ["prompt_lookup", "PromptLookupDrafter", "ngram_table", "NgramPool"]

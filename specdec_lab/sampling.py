@@ -1,4 +1,4 @@
-"""Token probabilities and exact verification of drafted tokens.
+"""Token probabilities, the sampling settings target and drafter share (`Warp`), and exact verification.
 
 Derived in notebooks/01_rejection_sampling.ipynb.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -130,6 +131,42 @@ def verify_candidates(
             return i, x
         p = _residual(p, qs[i])  # [V] what this round could not emit
     return None, int(torch.multinomial(p, 1, generator=generator))
+
+
+@dataclass
+class Warp:
+    """The sampling settings the target and the drafter share, and the generator every draw comes from.
+
+    Lives here, with the rules it applies, so that drafters (which sample) and the loop (which verifies) both
+    take it from below them; `decoding.Warp` still imports.
+
+    `probs(logits)` turns logits into the distribution to sample from (temperature 0: one-hot argmax).
+    Applying the same Warp to both models keeps p and q comparable (the accept test needs that).
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self):
+        self.temperature = checks.temperature(self.temperature)
+        self.top_k, self.top_p = checks.top_k(self.top_k), checks.top_p(self.top_p)
+        if self.generator is not None and not isinstance(self.generator, torch.Generator):
+            raise checks.ArgumentError(f"generator must be a torch.Generator or None, got {self.generator!r}: "
+                                       "pass torch.Generator().manual_seed(0)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: Tensor) -> Tensor:
+        """[..., V] logits -> [..., V] probabilities, warped."""
+        return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+
+    def sample(self, probs: Tensor) -> Tensor:
+        """[B, V] probabilities -> [B, 1] token ids drawn with the shared generator."""
+        return torch.multinomial(probs, 1, generator=self.generator)
 
 
 # ---- helpers ---------------------------------------------------------------------------------

@@ -7,9 +7,10 @@ last committed token) and, for drafters that sample, the distribution q_i the to
 Parents always come before their children. A chain (one child per node) is the case of chapter 03.
 
 The target reads the tree as one sequence: each node attends to the committed text, its ancestors and
-itself (`tree_mask`), at position len(text) + depth (`tree_positions`), so every node's logits equal those of
-its own path computed alone. Verification walks down from the root (`verify_tree`), and the target cache
-keeps the accepted path's K/V by gather (`compact`), with no recomputation.
+itself (`tree_mask`, the course's one mask builder), at position len(text) + depth (`tree_positions`), so every
+node's logits equal those of its own path computed alone. Drafters that grow a tree one forward per level share
+`TreeBuilder` (the frontier, its children, its mask). `verify_tree` is the one verifier, for chains and trees;
+the target cache then keeps the accepted path's K/V (`lm.keep`, a gather), with no recomputation.
 
 Two index conventions, one per job:
   * a DraftTree's nodes come AFTER the committed text: parent -1 means "child of the last committed token";
@@ -28,12 +29,12 @@ import torch
 from torch import Tensor
 
 from specdec_lab import checks, lm
-from specdec_lab.sampling import verify_candidates
+from specdec_lab.sampling import Warp, verify_candidates, verify_chain
 
 __all__ = ["DraftTree", "tree_mask", "tree_depths", "tree_positions", "tree_forward", "tree_logits",
-           "branching_parents", "choices_parents", "full_choices", "count_nodes", "rooted", "children_of",
-           "verify_tree_greedy", "verify_tree_sampling", "typical_threshold", "verify_tree_typical", "verify_tree",
-           "compact"]
+           "TreeBuilder", "branching_parents", "choices_parents", "full_choices", "count_nodes", "rooted",
+           "children_of", "verify_tree_greedy", "verify_tree_sampling", "typical_threshold", "verify_tree_typical",
+           "verify_tree"]
 
 
 @dataclass
@@ -118,12 +119,11 @@ def tree_forward(model, new_ids: Tensor, parents: Sequence[int], tokens: Sequenc
     row i + 1 at node i. The cache grows by k + n positions; `compact` keeps the accepted ones.
     hidden=True: (logits, hidden states), HF's tuple of [1, k + n, H] per layer (see lm.forward).
     """
-    k, n, past = new_ids.shape[1], len(parents), lm.cache_len(cache)
-    mask = torch.zeros(k + n, k + n, dtype=torch.bool)  # [k+n, k+n] which new token sees which
-    mask[:k, :k] = torch.ones(k, k, dtype=torch.bool).tril()  # the committed tokens: causal
-    mask[k:, :k] = True  # every node sees all committed tokens
-    mask[k:, k:] = tree_mask(parents)  # ... and its ancestors and itself
-    positions = torch.cat([past + torch.arange(k), tree_positions(parents, past + k)])  # [k+n]
+    k, past = new_ids.shape[1], lm.cache_len(cache)
+    # the k committed tokens are a chain and the tree hangs off the last of them: ONE tree over k + n tokens
+    everything = list(range(-1, k - 1)) + [k - 1 if p < 0 else p + k for p in parents]
+    mask = tree_mask(everything)  # [k+n, k+n] causal among the committed; each node: all of them, its path
+    positions = tree_positions(everything, past)  # [k+n] past .. past+k-1, then past + k + depth
     x = torch.cat([new_ids, torch.as_tensor([list(tokens)], dtype=torch.long, device=new_ids.device)], 1)
     if hidden:
         logits, states = lm.forward(model, x, cache, positions=positions, mask=mask, hidden=True)
@@ -146,20 +146,56 @@ def tree_logits(model, prefix_ids: Tensor, tokens: Sequence[int], parents: Seque
 # ---- static shapes ---------------------------------------------------------------------------------------
 
 
+class TreeBuilder:
+    """A draft tree grown one level per drafter forward: the draft-model tree, EAGLE's static and dynamic trees.
+
+    `frontier` holds the nodes whose children come next ([-1]: the root, the last committed token). The
+    drafter reads the frontier's logits (one row per frontier node), then `grow` adds children: child i holds
+    tokens[i] under frontier row rows[i]. `feed` hands the next frontier to the drafter as one forward: each
+    node sees the `base` cached committed positions, its ancestors among the nodes fed before, and itself,
+    at position base + depth; the nodes fed so far are `fed`, in cache order.
+    """
+
+    def __init__(self, base: int = 0):
+        self.base, self.tokens, self.parents = base, [], []
+        self.rows: list[int] = []  # rows[i]: the row of node i's parent in the frontier it grew from
+        self.frontier, self.fed = [-1], []
+
+    def grow(self, rows: Sequence[int], tokens: Sequence[int]) -> list[int]:
+        """Add child tokens[i] under frontier row rows[i]; returns the new nodes (the caller picks the frontier)."""
+        new = list(range(len(self.tokens), len(self.tokens) + len(tokens)))
+        self.parents += [self.frontier[r] for r in rows]
+        self.tokens += [int(t) for t in tokens]
+        self.rows += [int(r) for r in rows]
+        return new
+
+    def grow_each(self, kids: Sequence[Sequence[int]]) -> None:
+        """kids[r]: the child tokens of frontier row r; all the children become the new frontier."""
+        self.frontier = self.grow([r for r, ks in enumerate(kids) for _ in ks], [t for ks in kids for t in ks])
+
+    def feed(self) -> tuple[list[int], Tensor, Tensor]:
+        """The frontier as the drafter's next input: (tokens [m], positions [m], mask [m, base + fed + m])."""
+        f = self.frontier
+        ancestors = tree_mask(self.parents)[f][:, self.fed]  # [m, fed] which fed nodes lie on each one's path
+        mask = torch.cat([torch.ones(len(f), self.base, dtype=torch.bool), ancestors,
+                          torch.eye(len(f), dtype=torch.bool)], 1)  # [m, base + fed + m]
+        depths = tree_depths(self.parents)
+        self.fed = self.fed + f
+        return [self.tokens[i] for i in f], self.base + torch.tensor([depths[i] for i in f]), mask
+
+    def tree(self, q: Tensor | None = None) -> DraftTree:
+        return DraftTree(self.tokens, self.parents, q)
+
+
 def branching_parents(branching: Sequence[int]) -> list[int]:
     """Parents of the full tree where every node of level l has branching[l] children, level by level.
 
     [2, 2, 1, 1] -> 2 + 4 + 4 + 4 = 14 nodes; a chain of depth γ is [1] * γ.
     """
-    parents, frontier = [], [-1]
+    grower = TreeBuilder()
     for b in checks.branching(branching):
-        level = []
-        for p in frontier:
-            for _ in range(b):
-                level.append(len(parents))
-                parents.append(p)
-        frontier = level
-    return parents
+        grower.grow_each([[0] * b] * len(grower.frontier))  # the tokens do not matter here
+    return grower.parents
 
 
 def count_nodes(branching: Sequence[int]) -> int:
@@ -277,14 +313,25 @@ def verify_tree_typical(parents: Sequence[int], tokens: Sequence[int], p: Tensor
         path.append(match)
 
 
-def verify_tree(logits: Tensor, tree: DraftTree, warp, typical: tuple[float, float] | None = None
+def verify_tree(logits: Tensor, tree: DraftTree, warp: Warp, typical: tuple[float, float] | None = None
                 ) -> tuple[list[int], list[int]]:
-    """(accepted node indices of `tree`, emitted tokens) from the target's logits [n + 1, V] over the tree.
+    """The one verifier: (accepted node indices of `tree`, emitted tokens) from the target's logits [n + 1, V].
 
-    The emitted tokens are the accepted nodes' tokens then one corrected or bonus token; `warp` is
-    decoding.Warp (temperature 0: greedy). typical=(threshold, alpha) switches sampling to the lossy
-    typical acceptance; greedy decoding stays exact either way.
+    Row 0 is the target at the last committed token, row i + 1 at node i. The emitted tokens are the accepted
+    nodes' tokens then one corrected or bonus token. A chain (chapter 03): greedy keeps the leading drafts
+    equal to the target's argmax (tensor ops, no random numbers), sampling is `sampling.verify_chain`. A tree
+    (chapter 04): the walk down from the root, greedy or multi-round rejection. typical=(threshold, alpha)
+    switches sampling to Medusa's lossy typical acceptance; greedy decoding stays exact either way.
     """
+    if tree.is_chain and typical is None:
+        if warp.greedy:
+            best = logits.argmax(-1)  # [γ+1] the target's choice after the pending token and after each draft
+            drafts = torch.as_tensor(tree.tokens, dtype=best.dtype, device=best.device)  # [γ]
+            n = int((best[:len(tree)] == drafts).cumprod(0).sum())  # leading drafts equal to the target's argmax
+            emitted = best[: n + 1].tolist()  # accepted drafts (equal to best there), then the target's own token
+        else:
+            emitted = verify_chain(warp.probs(logits), tree.q, tree.tokens, warp.generator)  # [γ+1, V], [γ, V]
+        return list(range(len(emitted) - 1)), emitted
     parents, tokens = rooted(tree, -1)  # the root's token is never read
     if warp.greedy:
         path, last = verify_tree_greedy(parents, tokens, logits)
@@ -295,14 +342,3 @@ def verify_tree(logits: Tensor, tree: DraftTree, warp, typical: tuple[float, flo
         path, last = verify_tree_sampling(parents, tokens, warp.probs(logits), q, warp.generator)
     nodes = [i - 1 for i in path[1:]]  # back to DraftTree indices
     return nodes, [tree.tokens[j] for j in nodes] + [last]
-
-
-def compact(cache, base: int, nodes: Sequence[int], fed: int | None = None) -> None:
-    """Keep the cache's first `base` positions and the K/V of the accepted tree `nodes`, by gather.
-
-    After a tree forward, node j's K/V sits at position base + j (base = committed length when the tree
-    was fed). Only the first `fed` nodes were fed (a drafter never feeds its last level); None = all.
-    No recomputation: an accepted node's K/V was computed with exactly its path in view, at its depth.
-    """
-    keep = list(range(base)) + [base + j for j in nodes if fed is None or j < fed]
-    lm.gather(cache, keep)

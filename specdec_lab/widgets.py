@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from specdec_lab.economics import QWEN25_7B_ON_H100, Roofline, expected_tokens, optimal_gamma, speedup
 
-__all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary", "topk_hit_rates", "measure_tree",
+__all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary",
            "tree_explorer", "tree_grid"]
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -218,61 +218,13 @@ def _tree_curves(ax, shapes, hit, c, s_max, s_now=None, legend=True):
 
 
 
-def topk_hit_rates(target, draft, ids, max_new_tokens: int = 40, k: int = 4, eos_token_id=None) -> list[float]:
-    """hit[j-1] = fraction of the target's greedy continuation of ids [1, T] whose token is among the draft's
-    top j there (teacher-forced: the draft reads the prompt plus the target's own tokens), j = 1..k.
-
-    Under greedy verification a level of j children after an accepted node is accepted exactly when this
-    event happens at that position, so these are the h(j) of the tree model (hit[0] is the chain's α).
-    """
-    import torch
-
-    from specdec_lab import lm
-    from specdec_lab.decoding import generate
-
-    with torch.inference_mode():
-        want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
-        full = torch.cat([ids, torch.tensor([want], device=ids.device)], 1)  # [1, T + n]
-        T = ids.shape[1]
-        logits = lm.forward(draft, full)[0, T - 1: T - 1 + len(want)]  # [n, V] the draft before each token
-        top = logits.topk(k, -1).indices  # [n, k]
-        hit = (top == torch.tensor(want, device=ids.device)[:, None]).int().cumsum(-1)  # [n, k] in top j?
-    return hit.float().mean(0).tolist()
-
-
-def measure_tree(target, draft, ids, branching: list[int], max_new_tokens: int = 40, eos_token_id=None) -> dict:
-    """The explorer's second mode: run the real pair with DraftModelDrafter(branching) on one prompt ids [1, T].
-
-    Returns the measured τ (tokens per target pass), the nodes verified per pass, whether the output equals
-    the target's greedy decoding, and the prediction `economics.tree_expected_tokens(branching, hit)` with the
-    top-k hit rates measured on the same prompt (`topk_hit_rates`), for the tree and for the chain.
-    """
-    from specdec_lab.decoding import generate
-    from specdec_lab.drafters import DraftModelDrafter
-    from specdec_lab.economics import tree_expected_tokens
-
-    hit = topk_hit_rates(target, draft, ids, max_new_tokens, max(branching), eos_token_id)
-    want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
-    gen = generate(target, ids, DraftModelDrafter(draft, branching=list(branching)), max_new_tokens=max_new_tokens,
-                   eos_token_id=eos_token_id)
-    return {
-        "branching": list(branching),
-        "hit": hit,
-        "predicted_tau": tree_expected_tokens(branching, hit),
-        "measured_tau": len(gen.tokens) / gen.target_calls,
-        "target_calls": gen.target_calls,
-        "nodes_per_pass": sum(gen.draft_nodes) / gen.target_calls,
-        "same_as_greedy": gen.tokens == want,
-    }
-
-
 def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels: int = 2, c: float = 0.05,
                   s: float = 0.0, s_max: float = 0.1, pair=None, prompts=None, max_new_tokens: int = 40):
     """Sliders for tree width, depth, wide levels, hit rate α, draft cost c and verify cost per node s.
 
     Shows expected tokens per pass, nodes verified and estimated speedup (tree and same-depth chain), and the
     speedup as s grows. With pair=(target, draft, tokenizer) and prompts (suite entries, dicts with "id" and
-    "prompt"), a second row picks a prompt and runs the real pair on it (`measure_tree`): measured τ beside
+    "prompt"), a second row picks a prompt and runs the real pair on it (`measure.measure_tree`): measured τ beside
     the prediction from that prompt's measured top-k hit rates. Returns the widget.
     """
     import ipywidgets as w
@@ -327,7 +279,9 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
             try:
                 device = next(target.parameters()).device
                 ids = tok(prompts[choice.value]["prompt"], return_tensors="pt").input_ids.to(device)  # [1, T]
-                m = measure_tree(target, draft, ids, branching, max_new_tokens, tok.eos_token_id)
+                from specdec_lab import measure
+
+                m = measure.measure_tree(target, draft, ids, branching, max_new_tokens, tok.eos_token_id)
                 hits = ", ".join(f"{h:.2f}" for h in m["hit"])
                 result.value = (f"{name}, tree {m['branching']}: measured τ <b>{m['measured_tau']:.2f}</b>, "
                                 f"predicted <b>{m['predicted_tau']:.2f}</b> from this prompt's top-k hit rates "

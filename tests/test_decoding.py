@@ -16,11 +16,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec_lab import DraftModelDrafter, Generation, generate, grading, lm, sampling, zoo
-from specdec_lab.decoding import Warp, generate_naive, verify
+from specdec_lab import DraftModelDrafter, Generation, generate, grading, lm, measure, sampling, zoo
+from specdec_lab.decoding import Warp, generate_naive
 from specdec_lab.drafters import Drafter, early_exit_model, fake_quantize, fake_quantized_model
 from specdec_lab.sampling import verify_chain
-from specdec_lab.tree import DraftTree
+from specdec_lab.tree import DraftTree, verify_tree
 
 P_MIN = 1e-3  # a sampling test fails below this chi-square p-value
 RUNS = 3000  # seeded runs per sampling setting
@@ -57,7 +57,7 @@ def _prompt(seed, n=8, vocab=VOCAB):
 
 
 def _reference(target, ids, n, eos=None):
-    return lm.hf_generate(target, ids, n, eos_token_id=eos).tolist()
+    return measure.hf_generate(target, ids, n, eos_token_id=eos).tolist()
 
 
 # ---- DraftTree --------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def test_greedy_verify_equals_verify_chain():
             draft[cut] = (draft[cut] + 1) % 6  # a mismatch at position `cut`
         tree = DraftTree.chain(draft)
         p = torch.nn.functional.one_hot(logits.argmax(-1), 6).float()
-        assert verify(logits, tree, Warp()) == verify_chain(p, None, draft, g)
+        assert verify_tree(logits, tree, Warp())[1] == verify_chain(p, None, draft, g)
 
 
 # ---- stopping: max_new_tokens and EOS, inside an accepted draft ----------------------------------------
@@ -175,8 +175,8 @@ class _Recording(DraftModelDrafter):
         self.last_gamma = len(tree)
         return tree
 
-    def commit(self, ids, accepted, path=None):
-        super().commit(ids, accepted, path)
+    def commit(self, ids, accepted, path, hidden):
+        super().commit(ids, accepted, path, hidden)
         self.log.append((ids.shape[1], accepted, self.last_gamma, lm.cache_len(self.cache)))
 
 
@@ -369,7 +369,7 @@ def test_hf_assisted_generation_same_output(pair):
     ref = _reference(target, ids, 30)
     before = noisy.generation_config.num_assistant_tokens  # None in 5.x, 20 in 4.x
     for kw in (dict(num_assistant_tokens=4), dict(schedule="heuristic"), dict(confidence_threshold=0.4)):
-        assert lm.hf_generate(target, ids, 30, assistant=noisy, **kw).tolist() == ref, kw
+        assert measure.hf_generate(target, ids, 30, assistant=noisy, **kw).tolist() == ref, kw
     assert noisy.generation_config.num_assistant_tokens == before, "the assistant's settings are restored"
 
 
@@ -386,7 +386,7 @@ def test_zoo_greedy_identity_on_suite_prompts():
     prompts = load_prompts()
     for p in prompts[::9]:  # 6 prompts spread over the three categories; the notebook runs all 52
         ids = tok(p["prompt"], return_tensors="pt").input_ids
-        ref = lm.hf_generate(target, ids, 32, eos_token_id=tok.eos_token_id).tolist()
+        ref = measure.hf_generate(target, ids, 32, eos_token_id=tok.eos_token_id).tolist()
         gen = generate(target, ids, DraftModelDrafter(draft, 4), max_new_tokens=32, eos_token_id=tok.eos_token_id)
         assert gen.tokens == ref, f"prompt {p['id']}: speculative output differs from greedy decoding"
         assert gen.tau > 1.3, f"prompt {p['id']}: τ = {gen.tau:.2f}, the zoo draft should help"

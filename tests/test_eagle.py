@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _pooled_chi_square, _prompt
 
-from specdec_lab import EagleDrafter, generate, lm, zoo
+from specdec_lab import EagleDrafter, generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
 from specdec_lab.eagle import (EAGLE_DIR, DraftLayer, EagleNet, KVCache, cache_states, eagle_accuracy, eagle_loss,
                                expand_step, select_nodes, train_eagle_net, ttt_mask, unroll)
@@ -42,9 +42,9 @@ def test_layer_with_cache_equals_one_causal_pass():
     first = layer(x[:, :4], torch.arange(4), None, cache)
     rest = layer(x[:, 4:], torch.arange(4, 7), None, cache)
     torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-5, rtol=1e-5)
-    assert len(cache) == 7
-    cache.crop(3)
-    assert len(cache) == 3 and cache.k.shape == (2, 4, 3, 8)
+    assert lm.cache_len(cache) == 7
+    lm.keep(cache, 3)
+    assert lm.cache_len(cache) == 3 and cache.layers[0].keys.shape == (2, 4, 3, 8)
 
 
 def test_rope_attention_depends_only_on_relative_positions():
@@ -167,7 +167,7 @@ DRAFTERS = {"chain": dict(branching=[1, 1, 1, 1]), "static": dict(branching=[3, 
 def test_eagle_greedy_equals_target_greedy(target, version, kind, seed):
     drafter = EagleDrafter(_net(target, version, seed), **DRAFTERS[kind])
     ids = _prompt(seed)
-    want = lm.hf_generate(target, ids, 30).tolist()
+    want = measure.hf_generate(target, ids, 30).tolist()
     gen = generate(target, ids, drafter, max_new_tokens=30)
     assert gen.tokens == want, f"EAGLE-{version} {kind} must equal greedy decoding"
     assert gen.draft_nodes[0] == 0, "the prefill drafts nothing"
@@ -180,15 +180,15 @@ def test_draft_cache_holds_only_true_pairs(target):
     seen = []
 
     class Watch(EagleDrafter):
-        def commit(self, ids_, accepted, path=None, hidden=None):
+        def commit(self, ids_, accepted, path, hidden):
             super().commit(ids_, accepted, path, hidden)
             _, states = lm.forward(target, ids_[:, :-1], hidden=True)  # the target's states, recomputed
             fresh = KVCache()
             f = net.true_feature([h[0] for h in states])[None]  # [1, T-1, H]
             net(f, ids_[:, 1:], torch.arange(ids_.shape[1] - 1), None, fresh)
-            assert len(self.cache) == self.n_true == ids_.shape[1] - 1
-            torch.testing.assert_close(self.cache.k, fresh.k, atol=1e-4, rtol=1e-4)
-            seen.append(len(self.cache))
+            assert lm.cache_len(self.cache) == self.n_true == ids_.shape[1] - 1
+            torch.testing.assert_close(self.cache.layers[0].keys, fresh.layers[0].keys, atol=1e-4, rtol=1e-4)
+            seen.append(lm.cache_len(self.cache))
 
     gen = generate(target, ids, Watch(net, branching=[2, 2, 1]), max_new_tokens=20)
     assert len(seen) == gen.target_calls and seen == sorted(seen)
@@ -197,7 +197,7 @@ def test_draft_cache_holds_only_true_pairs(target):
 def test_perfect_draft_accepts_everything(target):
     """If the draft's output IS the target's next feature, EAGLE-1 accepts every drafted token."""
     ids = _prompt(7)
-    future = lm.hf_generate(target, ids, 30).tolist()
+    future = measure.hf_generate(target, ids, 30).tolist()
 
     class Oracle(EagleDrafter):
         def propose(self, ids_, warp, limit):

@@ -4,7 +4,7 @@ import re
 import pytest
 import torch
 
-from specdec_lab import grading, lm
+from specdec_lab import grading, lm, measure
 
 
 def _lengths(target_offset=0, lag=True):
@@ -42,7 +42,7 @@ def _mismatches(length_counts=True, offset=0):
     def greedy_mismatches(target, decode, prompts, max_new_tokens):
         out = {}
         for i, ids in enumerate(prompts):
-            want = lm.hf_generate(target, ids, max_new_tokens).tolist()
+            want = measure.hf_generate(target, ids, max_new_tokens).tolist()
             got = decode(ids, max_new_tokens)
             first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
             if first is None and len(got) != len(want) and length_counts:

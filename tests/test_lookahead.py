@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import specdec_lab
-from specdec_lab import decoding, lm, zoo
+from specdec_lab import decoding, lm, measure, zoo
 from specdec_lab.lookahead import jacobi_decode, jacobi_iteration, lookahead_generate, lookahead_layout
 from specdec_lab.prompts import load_prompts
 
@@ -31,7 +31,7 @@ def test_jacobi_reaches_greedy_in_at_most_n_iterations(tiny):
     target, tok = tiny
     for p in load_prompts()[::13]:
         ids = tok(p["prompt"], return_tensors="pt").input_ids
-        want = lm.hf_generate(target, ids, 8).tolist()
+        want = measure.hf_generate(target, ids, 8).tolist()
         for guess in (None, torch.randint(0, 4096, (8,), generator=torch.Generator().manual_seed(1)), want):
             res = jacobi_decode(target, ids, 8, guess=guess)
             assert res.tokens == want and res.iterations <= 8
@@ -69,7 +69,7 @@ def test_lookahead_settings_stay_exact(tiny, window, ngram, guesses, prompt_ngra
     target, tok = tiny
     for p in load_prompts()[5::17]:
         ids = tok(p["prompt"], return_tensors="pt").input_ids
-        want = lm.hf_generate(target, ids, 30).tolist()
+        want = measure.hf_generate(target, ids, 30).tolist()
         gen = lookahead_generate(target, ids, 30, window=window, ngram=ngram, guesses=guesses,
                                  prompt_ngrams=prompt_ngrams)
         assert gen.tokens == want, (p["id"], window, ngram, guesses)
@@ -80,13 +80,13 @@ def test_lookahead_settings_stay_exact(tiny, window, ngram, guesses, prompt_ngra
 def test_lookahead_budget_and_eos(tiny):
     target, tok = tiny
     ids = tok(load_prompts("edit")[2]["prompt"], return_tensors="pt").input_ids
-    want = lm.hf_generate(target, ids, 30).tolist()
+    want = measure.hf_generate(target, ids, 30).tolist()
     assert lookahead_generate(target, ids, 0).tokens == []
     assert lookahead_generate(target, ids, 1).tokens == want[:1]
     eos = want[20]
     assert lookahead_generate(target, ids, 30, eos_token_id=eos).tokens == want[:want.index(eos) + 1]
     one = lookahead_generate(target, ids[:, -1:], 12)  # a one-token prompt works
-    assert one.tokens == lm.hf_generate(target, ids[:, -1:], 12).tolist()
+    assert one.tokens == measure.hf_generate(target, ids[:, -1:], 12).tolist()
 
 
 @pytest.mark.parametrize("kwargs, words", [(dict(window=0), "window"), (dict(ngram=1), "ngram"),

@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _pooled_chi_square, _prompt
 
-from specdec_lab import generate, lm, zoo
+from specdec_lab import generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
 from specdec_lab.medusa import (MEDUSA_DIR, MedusaDrafter, MedusaHeads, head_accuracy, head_loss, self_labels,
                                 train_heads)
@@ -78,7 +78,7 @@ def test_medusa_greedy_equals_target_greedy(target, seed):
     heads = _trained_heads(target, seed)
     choices = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]
     ids = _prompt(seed)
-    want = lm.hf_generate(target, ids, 30).tolist()
+    want = measure.hf_generate(target, ids, 30).tolist()
     for drafter in (MedusaDrafter(heads, choices), MedusaDrafter(heads, choices, typical=(0.09, 0.3))):
         gen = generate(target, ids, drafter, max_new_tokens=30)
         assert gen.tokens == want, "Medusa (exact, and typical at temperature 0) must equal greedy decoding"
@@ -88,7 +88,7 @@ def test_medusa_greedy_equals_target_greedy(target, seed):
 def test_medusa_with_perfect_heads_accepts_everything(target):
     """Heads that always know the target's greedy future (an oracle) make τ = depth + 1."""
     ids = _prompt(4)
-    future = lm.hf_generate(target, ids, 40).tolist()
+    future = measure.hf_generate(target, ids, 40).tolist()
 
     class Oracle(MedusaDrafter):
         def propose(self, ids_, warp, limit):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import specdec_lab
-from specdec_lab import decoding, lm, zoo
+from specdec_lab import decoding, lm, measure, zoo
 from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.ngram import NgramPool, PromptLookupDrafter, ngram_table, prompt_lookup
@@ -116,12 +116,12 @@ def test_prompt_lookup_equals_greedy_on_the_suite(tiny):
 def test_prompt_lookup_equals_hf_greedy_and_stops_at_eos(tiny):
     target, tok = tiny
     ids = tok(load_prompts("edit")[0]["prompt"], return_tensors="pt").input_ids
-    want = lm.hf_generate(target, ids, 30).tolist()
+    want = measure.hf_generate(target, ids, 30).tolist()
     assert decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=30).tokens == want
     eos = want[17]  # a token greedy decoding produces: declared EOS, decoding must stop right after it
     gen = decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=30, eos_token_id=eos)
     assert gen.tokens == want[:want.index(eos) + 1]
-    hf = lm.hf_generate(target, ids, 30, prompt_lookup_num_tokens=10).tolist()
+    hf = measure.hf_generate(target, ids, 30, prompt_lookup_num_tokens=10).tolist()
     assert hf == want, "Hugging Face's prompt lookup is exact too"
 
 

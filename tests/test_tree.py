@@ -3,10 +3,10 @@ import pytest
 import torch
 from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _noisy_copy, _pooled_chi_square, _prompt
 
-from specdec_lab import DraftModelDrafter, generate, lm, zoo
+from specdec_lab import DraftModelDrafter, generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
-from specdec_lab.tree import (DraftTree, branching_parents, choices_parents, compact, count_nodes, full_choices,
+from specdec_lab.tree import (DraftTree, branching_parents, choices_parents, count_nodes, full_choices,
                               tree_depths, tree_logits, tree_mask, tree_positions, verify_tree,
                               verify_tree_greedy, verify_tree_sampling)
 
@@ -89,7 +89,7 @@ def test_tree_logits_on_the_zoo_target():
         torch.testing.assert_close(got[i], want, atol=TOL, rtol=0)
 
 
-def test_compact_keeps_exactly_the_path_kv(pair):
+def test_keep_holds_exactly_the_path_kv(pair):
     target, _ = pair
     prefix = _prompt(3, n=9)
     parents, tokens = [-1, -1, 0, 0, 1, 3], [5, 6, 7, 8, 9, 10]
@@ -97,7 +97,7 @@ def test_compact_keeps_exactly_the_path_kv(pair):
     lm.forward(target, prefix[:, :-1], cache)
     from specdec_lab.tree import tree_forward
     tree_forward(target, prefix[:, -1:], parents, tokens, cache)
-    compact(cache, prefix.shape[1], [0, 3, 5])  # the path 5 -> 8 -> 10
+    lm.keep(cache, prefix.shape[1], [0, 3, 5])  # the path 5 -> 8 -> 10
     fresh = lm.new_cache(target)
     lm.forward(target, torch.cat([prefix, torch.tensor([[5, 8, 10]])], 1), fresh)
     assert lm.cache_len(cache) == lm.cache_len(fresh) == 12
@@ -151,7 +151,7 @@ def test_tree_greedy_equals_target_greedy(pair, branching):
     target, draft = pair
     for seed in range(3):
         ids = _prompt(seed)
-        want = lm.hf_generate(target, ids, 30).tolist()
+        want = measure.hf_generate(target, ids, 30).tolist()
         gen = generate(target, ids, DraftModelDrafter(draft, branching=branching), max_new_tokens=30)
         assert gen.tokens == want, f"branching {branching}, prompt {seed}: tree decoding changed the output"
         assert gen.draft_nodes[0] == count_nodes(branching) and gen.target_calls < 30
@@ -175,8 +175,8 @@ def test_tree_stops_at_max_new_tokens_and_eos(pair):
     ids = _prompt(4)
     for n in (1, 2, 3, 7):
         gen = generate(target, ids, DraftModelDrafter(draft, branching=[2, 2, 1]), max_new_tokens=n)
-        assert gen.tokens == lm.hf_generate(target, ids, n).tolist()
-    ref = lm.hf_generate(target, ids, 30).tolist()
+        assert gen.tokens == measure.hf_generate(target, ids, n).tolist()
+    ref = measure.hf_generate(target, ids, 30).tolist()
     eos = ref[9]
     gen = generate(target, ids, DraftModelDrafter(draft, branching=[2, 2, 1]), max_new_tokens=30, eos_token_id=eos)
     assert gen.tokens == ref[: ref.index(eos) + 1]
@@ -185,8 +185,8 @@ def test_tree_stops_at_max_new_tokens_and_eos(pair):
 class _CacheChecking(DraftModelDrafter):
     """After every commit, the draft cache must equal a fresh forward over the committed text it covers."""
 
-    def commit(self, ids, accepted, path=None):
-        super().commit(ids, accepted, path)
+    def commit(self, ids, accepted, path, hidden):
+        super().commit(ids, accepted, path, hidden)
         held = lm.cache_len(self.cache)
         assert ids.shape[1] - 2 <= held <= ids.shape[1] - 1
         fresh = lm.new_cache(self.model)

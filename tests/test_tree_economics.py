@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from test_decoding import _llama, _noisy_copy, _prompt  # noqa: E402
 
-from specdec_lab import economics, tree, widgets  # noqa: E402
+from specdec_lab import economics, measure, tree, widgets  # noqa: E402
 from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup  # noqa: E402
 
 SHAPES = [[1], [1, 1, 1, 1], [2, 2, 1, 1], [3, 3, 2], [3, 2, 1], [4, 2], [1, 3, 1, 2]]
@@ -121,19 +121,19 @@ def pair():
 def test_topk_hit_rates_grow_with_k_and_are_one_for_the_target_itself(pair):
     target, noisy = pair
     ids = _prompt(4, n=10)
-    hits = widgets.topk_hit_rates(target, noisy, ids, max_new_tokens=24, k=4)
+    hits = measure.topk_hit_rates(target, noisy, ids, max_new_tokens=24, k=4)
     assert len(hits) == 4 and all(a <= b for a, b in zip(hits, hits[1:])) and 0 <= hits[0] < 1
-    assert widgets.topk_hit_rates(target, target, ids, max_new_tokens=24, k=2) == [1.0, 1.0]
+    assert measure.topk_hit_rates(target, target, ids, max_new_tokens=24, k=2) == [1.0, 1.0]
 
 
 def test_measure_tree_reports_tau_beside_the_prediction(pair):
     target, noisy = pair
     ids = _prompt(5, n=10)
-    m = widgets.measure_tree(target, noisy, ids, [2, 2, 1], max_new_tokens=24)
+    m = measure.measure_tree(target, noisy, ids, [2, 2, 1], max_new_tokens=24)
     assert m["same_as_greedy"] and 1 <= m["measured_tau"] <= 4
     assert m["predicted_tau"] == pytest.approx(tree_expected_tokens([2, 2, 1], m["hit"]))
     assert m["nodes_per_pass"] <= tree_nodes([2, 2, 1]) == 10
-    perfect = widgets.measure_tree(target, target, ids, [2, 1], max_new_tokens=24)
+    perfect = measure.measure_tree(target, target, ids, [2, 1], max_new_tokens=24)
     assert perfect["predicted_tau"] == 3 and perfect["measured_tau"] == pytest.approx(24 / math.ceil(24 / 3))
 
 
@@ -201,7 +201,7 @@ def test_tree_explorer_runs_the_real_pair_on_a_prompt(pair):
     (choice, button), result = box.children[4].children, box.children[5]
     choice.value = 1
     button.click()
-    m = widgets.measure_tree(target, noisy, Ids(prompts[1]["prompt"]).input_ids, [2, 2, 1, 1], 12)
+    m = measure.measure_tree(target, noisy, Ids(prompts[1]["prompt"]).input_ids, [2, 2, 1, 1], 12)
     assert f"measured τ <b>{m['measured_tau']:.2f}</b>, predicted <b>{m['predicted_tau']:.2f}</b>" in result.value
     assert "identical to greedy: True" in result.value
     plt.close("all")

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from specdec_lab import economics, widgets  # noqa: E402
+from specdec_lab import economics, measure, widgets  # noqa: E402
 
 
 def test_summary_matches_economics():
@@ -93,12 +93,12 @@ def test_run_button_is_busy_while_it_runs(monkeypatch):
     box = widgets.tree_explorer(pair=(torch.nn.Linear(1, 1), None, Tok()), prompts=[{"id": "p0", "prompt": "x"}])
     button, result = box.children[-2].children[1], box.children[-1]
 
-    def measure(target, draft, ids, branching, max_new_tokens, eos):
+    def fake_measure(target, draft, ids, branching, max_new_tokens, eos):
         seen.append((button.disabled, button.description, result.value))
         return {"branching": branching, "hit": [0.5], "predicted_tau": 2.0, "measured_tau": 2.5, "target_calls": 4,
                 "nodes_per_pass": 3.0, "same_as_greedy": True}
 
-    monkeypatch.setattr(widgets, "measure_tree", measure)
+    monkeypatch.setattr(measure, "measure_tree", fake_measure)
     button.click()
     assert seen and seen[0][0] and seen[0][1] == "running…" and "running the real pair on p0" in seen[0][2]
     assert not button.disabled and button.description == "run the real pair"
@@ -107,7 +107,7 @@ def test_run_button_is_busy_while_it_runs(monkeypatch):
     def fail(*args):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(widgets, "measure_tree", fail)
+    monkeypatch.setattr(measure, "measure_tree", fail)
     button.click()  # ipywidgets logs a callback's exception; the button must come back all the same
     assert not button.disabled and "the run failed: RuntimeError: out of memory" in result.value
     plt.close("all")
