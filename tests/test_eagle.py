@@ -213,8 +213,9 @@ def test_perfect_draft_accepts_everything(target):
 
 
 @pytest.mark.parametrize("version,kind,settings", [(1, "dynamic", dict(temperature=1.0)),
-                                                   (3, "static", dict(temperature=0.7, top_p=0.9))],
-                         ids=["eagle2-T1", "eagle3-T0.7-p0.9"])
+                                                   (3, "static", dict(temperature=0.7, top_p=0.9)),
+                                                   (1, "chain", dict(temperature=1.0))],
+                         ids=["eagle2-T1", "eagle3-T0.7-p0.9", "eagle1-chain-T1"])
 def test_eagle_sampling_is_exact(version, kind, settings):
     target = _llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
     net = EagleNet(target, version, heads=2, mlp=32)
@@ -223,7 +224,8 @@ def test_eagle_sampling_is_exact(version, kind, settings):
         for p in net.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.5)
     net.eval()
-    kw = dict(dynamic=True, topk=2, depth=2, budget=4) if kind == "dynamic" else dict(branching=[2, 1])
+    kw = {"dynamic": dict(dynamic=True, topk=2, depth=2, budget=4), "static": dict(branching=[2, 1]),
+          "chain": dict(branching=[1, 1])}[kind]  # a chain goes through the chain rule, hidden states and all
     ids = torch.tensor([[1, 5, 2]])
     want = _exact_joint(target, ids, Warp(**settings))
     g = torch.Generator().manual_seed(7)
