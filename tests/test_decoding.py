@@ -1,7 +1,7 @@
 """Tests for the speculative loop (decoding.py), the draft-model drafter (drafters.py) and DraftTree (tree.py).
 
-Tiny random Llama models in fp32 (a target, an unrelated draft, and a draft that is the target with noise
-added, so acceptance is partial), plus the embedded zoo pair when it is present.
+Tiny random Llama models in fp32 (tests/helpers.py: a target, an unrelated draft, and a draft that is the target
+with noise added, so acceptance is partial), plus the embedded zoo pair when it is present.
 
 * Greedy: the output must EQUAL Hugging Face's greedy `generate` token for token (fp32; one flipped
   near-tie would show up as a failure, none is expected on these models).
@@ -9,51 +9,23 @@ added, so acceptance is partial), plus the embedded zoo pair when it is present.
   target's own (computed exactly by enumerating every 3-token continuation) in Pearson's chi-square test,
   cells with expected count < 5 pooled, at P_MIN. Fixed seeds, so the test is deterministic.
 """
-import copy
 import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from helpers import P_MIN, RUNS, VOCAB, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
-from specdec_lab import DraftModelDrafter, Generation, generate, grading, lm, measure, sampling, zoo
+from specdec_lab import DraftModelDrafter, Generation, generate, lm, measure, sampling, zoo
 from specdec_lab.decoding import Warp, generate_naive
 from specdec_lab.drafters import Drafter, early_exit_model, fake_quantize, fake_quantized_model
 from specdec_lab.sampling import verify_chain
 from specdec_lab.tree import DraftTree, verify_tree
 
-P_MIN = 1e-3  # a sampling test fails below this chi-square p-value
-RUNS = 3000  # seeded runs per sampling setting
-VOCAB = 300
-
-
-def _llama(vocab=VOCAB, hidden=64, layers=2, seed=0, context=128, init=0.2):
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=context, initializer_range=init, eos_token_id=None,
-                         bos_token_id=None, pad_token_id=None)
-    return LlamaForCausalLM(config).eval()
-
-
-def _noisy_copy(model, scale, seed):
-    """The model with Gaussian noise of `scale` times each weight's std: a draft that agrees partly."""
-    out = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in out.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * p.std() * scale)
-    return out
-
 
 @pytest.fixture(scope="module")
 def pair():
-    target = _llama(layers=3, seed=0)
-    return target, _noisy_copy(target, 0.05, seed=1), _llama(hidden=32, layers=1, seed=2)
-
-
-def _prompt(seed, n=8, vocab=VOCAB):
-    return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
+    target = tiny_llama(layers=3, seed=0)
+    return target, noisy_copy(target, 0.05, seed=1), tiny_llama(hidden=32, layers=1, seed=2)
 
 
 def _reference(target, ids, n, eos=None):
@@ -83,7 +55,7 @@ def test_draft_tree_chain():
 def test_greedy_equals_hf_generate(pair, gamma):
     target, noisy, unrelated = pair
     for seed in range(3):
-        ids = _prompt(seed)
+        ids = prompt_ids(seed)
         ref = _reference(target, ids, 40)
         for draft in (noisy, unrelated):
             gen = generate(target, ids, DraftModelDrafter(draft, gamma), max_new_tokens=40)
@@ -91,14 +63,14 @@ def test_greedy_equals_hf_generate(pair, gamma):
             assert gen.target_calls == len(gen.accept_lengths) and len(gen.tokens) == 40
         assert generate(target, ids, max_new_tokens=40).tokens == ref, "plain decoding differs from HF's"
     # the noisy draft must exercise both branches: some rejections and some fully accepted steps
-    gen = generate(target, _prompt(0), DraftModelDrafter(noisy, gamma), max_new_tokens=40)
+    gen = generate(target, prompt_ids(0), DraftModelDrafter(noisy, gamma), max_new_tokens=40)
     assert 0 < gen.acceptance_rate < 1, f"acceptance {gen.acceptance_rate}: the test draft should agree partly"
 
 
 @pytest.mark.parametrize("gamma", [1, 2, 4, 8])
 def test_draft_equal_to_target_accepts_everything(pair, gamma):
     target = pair[0]
-    ids = _prompt(7)
+    ids = prompt_ids(7)
     gen = generate(target, ids, DraftModelDrafter(target, gamma), max_new_tokens=30)
     assert gen.tokens == _reference(target, ids, 30)
     assert gen.accept_lengths[:-1] == [gamma] * (len(gen.accept_lengths) - 1)
@@ -108,7 +80,7 @@ def test_draft_equal_to_target_accepts_everything(pair, gamma):
 
 def test_naive_loop_agrees_with_cached(pair):
     target, noisy, _ = pair
-    ids = _prompt(3)
+    ids = prompt_ids(3)
     cached = generate(target, ids, DraftModelDrafter(noisy, 3), max_new_tokens=25)
     naive = generate_naive(target, noisy, ids, gamma=3, max_new_tokens=25)
     assert naive.tokens == cached.tokens and naive.accept_lengths == cached.accept_lengths
@@ -137,7 +109,7 @@ def test_greedy_verify_equals_verify_chain():
 
 def test_stops_exactly_at_max_new_tokens(pair):
     target = pair[0]
-    ids = _prompt(4)
+    ids = prompt_ids(4)
     ref = _reference(target, ids, 13)
     for n in range(14):  # with draft = target every draft is accepted, so every stop falls inside a block
         gen = generate(target, ids, DraftModelDrafter(target, 4), max_new_tokens=n)
@@ -147,7 +119,7 @@ def test_stops_exactly_at_max_new_tokens(pair):
 
 def test_stops_at_first_eos_inside_accepted_block(pair):
     target = pair[0]
-    ids = _prompt(5)
+    ids = prompt_ids(5)
     ref = _reference(target, ids, 30)
     for k in (0, 2, 3, 6, 12):  # declare as EOS a token greedy decoding is known to produce (pitfall 13)
         eos = ref[k]
@@ -183,7 +155,7 @@ class _Recording(DraftModelDrafter):
 def test_draft_cache_rollback_and_lag(pair):
     target, noisy, _ = pair
     drafter = _Recording(noisy, 4)
-    generate(target, _prompt(6), drafter, max_new_tokens=60)
+    generate(target, prompt_ids(6), drafter, max_new_tokens=60)
     kinds = set()
     for committed, accepted, gamma, held in drafter.log:
         if accepted < gamma:  # rejection: cropped to the committed text minus the pending token
@@ -199,41 +171,16 @@ def test_target_cache_bug_changes_text(pair, monkeypatch):
     target, noisy, _ = pair
     monkeypatch.setattr(lm, "crop", lambda cache, length: None)
     with pytest.raises(AssertionError, match="target cache holds"):
-        generate(target, _prompt(6), DraftModelDrafter(noisy, 4), max_new_tokens=30)
+        generate(target, prompt_ids(6), DraftModelDrafter(noisy, 4), max_new_tokens=30)
 
 
 # ---- sampling: exactly the target's distribution --------------------------------------------------------
 
 
-@torch.no_grad()
-def _exact_joint(target, ids, warp, steps=3):
-    """P(first `steps` tokens) under target-only sampling with `warp`: [V] * steps, by enumeration."""
-    vocab = target.config.vocab_size
-    joint = torch.ones(1, dtype=torch.float64)  # over the continuations so far, flattened
-    conts = torch.zeros(1, 0, dtype=torch.long)  # [m, t] every continuation of length t
-    for _ in range(steps):
-        seqs = torch.cat([ids.expand(len(conts), -1), conts], 1)  # [m, T + t]
-        p = warp.probs(lm.forward(target, seqs)[:, -1]).double()  # [m, V]
-        joint = (joint[:, None] * p).reshape(-1)  # [m * V]
-        conts = torch.cat([conts.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(len(conts))[:, None]], 1)
-    return joint  # index = t1 * V^2 + t2 * V + t3
-
-
-def _pooled_chi_square(counts, probs, min_expected=5.0):
-    """Chi-square p-value with cells of expected count < min_expected pooled into one cell."""
-    counts, probs = counts.double(), probs.double()
-    assert counts[probs == 0].sum() == 0, "a continuation the target gives probability 0 was generated"
-    expected = counts.sum() * probs
-    small = expected < min_expected
-    c = torch.cat([counts[~small], counts[small].sum()[None]])
-    e = torch.cat([expected[~small], expected[small].sum()[None]])
-    return grading.chi_square(c, e / e.sum())[1]
-
-
 @pytest.fixture(scope="module")
 def small_vocab_pair():
-    target = _llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
-    return target, _noisy_copy(target, 0.5, seed=11)
+    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    return target, noisy_copy(target, 0.5, seed=11)
 
 
 @pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_k=4),
@@ -242,9 +189,9 @@ def small_vocab_pair():
 def test_sampling_matches_target_distribution(small_vocab_pair, settings):
     target, draft = small_vocab_pair
     ids = torch.tensor([[1, 5, 2]])
-    want = _exact_joint(target, ids, Warp(**settings))  # [V^3]
+    want = exact_joint(target, ids, Warp(**settings))  # [V^3]
     counts, mean_accepted = _sample_counts(target, draft, ids, settings, RUNS)
-    pvalue = _pooled_chi_square(counts, want)
+    pvalue = pooled_chi_square(counts, want)
     print(f"{settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs, "
           f"mean accepted drafts per call {mean_accepted:.2f}")
     assert pvalue > P_MIN, f"{settings}: the first 3 tokens do not follow the target (p-value {pvalue:.2g})"
@@ -267,15 +214,15 @@ def test_sampling_test_catches_a_biased_verifier(small_vocab_pair, monkeypatch):
     """The test above has power: replacing rejected drafts from p instead of the residual fails it."""
     target, draft = small_vocab_pair
     ids = torch.tensor([[1, 5, 2]])
-    want = _exact_joint(target, ids, Warp(temperature=1.0))
+    want = exact_joint(target, ids, Warp(temperature=1.0))
     monkeypatch.setattr(sampling, "_residual", lambda p, q: p)
     counts, _ = _sample_counts(target, draft, ids, dict(temperature=1.0), RUNS)
-    assert _pooled_chi_square(counts, want) < P_MIN
+    assert pooled_chi_square(counts, want) < P_MIN
 
 
 def test_seeded_runs_reproduce(pair):
     target, noisy, _ = pair
-    ids = _prompt(8)
+    ids = prompt_ids(8)
     kw = dict(max_new_tokens=30, temperature=1.0, top_p=0.95)
     runs = [generate(target, ids, DraftModelDrafter(noisy, 4), generator=torch.Generator().manual_seed(s), **kw)
             for s in (0, 0, 1)]
@@ -288,7 +235,7 @@ def test_seeded_runs_reproduce(pair):
 
 def test_bad_input_errors(pair):
     target, noisy, _ = pair
-    ids = _prompt(0)
+    ids = prompt_ids(0)
     with pytest.raises(ValueError, match="prompt is empty: pass at least one token id"):
         generate(target, torch.zeros(1, 0, dtype=torch.long), max_new_tokens=5)
     with pytest.raises(ValueError, match="gamma .* must be an int >= 1"):
@@ -296,7 +243,7 @@ def test_bad_input_errors(pair):
     with pytest.raises(ValueError, match="max_new_tokens .*must be an int >= 0"):
         generate(target, ids, max_new_tokens=-1)
     with pytest.raises(ValueError, match="different vocabularies .* use a draft trained with the target's tokenizer"):
-        generate(target, ids, DraftModelDrafter(_llama(vocab=VOCAB + 4, hidden=32, layers=1), 2), max_new_tokens=5)
+        generate(target, ids, DraftModelDrafter(tiny_llama(vocab=VOCAB + 4, hidden=32, layers=1), 2), max_new_tokens=5)
     with pytest.raises(ValueError, match="more than the target's context of 128: keep its last 127"):
         generate(target, torch.zeros(1, 129, dtype=torch.long), max_new_tokens=1)
     with pytest.raises(ValueError, match="exceed the target's context of 128: ask for at most 8 new tokens"):
@@ -309,7 +256,7 @@ def test_bad_input_errors(pair):
         generate(target, ids, max_new_tokens=1, temperature=-1.0)
     with pytest.raises(ValueError, match="top_p must be in"):
         generate(target, ids, max_new_tokens=1, temperature=1.0, top_p=0.0)
-    short_draft = _llama(hidden=32, layers=1, context=16)
+    short_draft = tiny_llama(hidden=32, layers=1, context=16)
     with pytest.raises(ValueError, match="more than the draft's context of 16"):
         generate(target, torch.zeros(1, 20, dtype=torch.long), DraftModelDrafter(short_draft, 2), max_new_tokens=1)
     assert generate(target, [3, 4, 5], max_new_tokens=0).tokens == []  # a list works, and 0 tokens is fine
@@ -323,7 +270,7 @@ def test_stateless_drafter_needs_only_propose(pair):
             return DraftTree.chain([int(ids[0, -1])] * min(3, limit))
 
     target = pair[0]
-    ids = _prompt(9)
+    ids = prompt_ids(9)
     gen = generate(target, ids, Repeat(), max_new_tokens=20)
     assert gen.tokens == _reference(target, ids, 20) and isinstance(gen, Generation)
 
@@ -333,7 +280,7 @@ def test_stateless_drafter_needs_only_propose(pair):
 
 def test_early_exit_model_is_the_targets_first_layers(pair):
     target = pair[0]
-    ids = _prompt(11)
+    ids = prompt_ids(11)
     exit1 = early_exit_model(target, 1)
     assert exit1.model.layers[0] is target.model.layers[0] and exit1.lm_head is target.lm_head
     _, hidden = lm.forward(target, ids, hidden=True)
@@ -355,7 +302,7 @@ def test_fake_quantization(pair):
     assert ((w.reshape(8, 2, 32) - groups).abs() <= scale / 2 + 1e-6).all(), "error at most half a step"
     quant = fake_quantized_model(target)
     assert quant.model.layers[0].mlp.up_proj.weight.data_ptr() != target.model.layers[0].mlp.up_proj.weight.data_ptr()
-    ids = _prompt(12)
+    ids = prompt_ids(12)
     gen = generate(target, ids, DraftModelDrafter(quant, 4), max_new_tokens=30)
     assert gen.tokens == _reference(target, ids, 30) and gen.acceptance_rate > 0.1
 
@@ -365,7 +312,7 @@ def test_fake_quantization(pair):
 
 def test_hf_assisted_generation_same_output(pair):
     target, noisy, _ = pair
-    ids = _prompt(13)
+    ids = prompt_ids(13)
     ref = _reference(target, ids, 30)
     before = noisy.generation_config.num_assistant_tokens  # None in 5.x, 20 in 4.x
     for kw in (dict(num_assistant_tokens=4), dict(schedule="heuristic"), dict(confidence_threshold=0.4)):
@@ -399,7 +346,7 @@ def test_bench_rows_agree(pair):
     from specdec_lab import bench
 
     target, noisy, _ = pair
-    prompts = [_prompt(s) for s in range(2)]
+    prompts = [prompt_ids(s) for s in range(2)]
     methods = bench.draft_methods(target, noisy, max_new_tokens=12, gamma=3, naive=True)
     rows = bench.run(target, methods, prompts, warmup=1)
     assert [r.same for r in rows] == [2] * len(rows), bench.format_table(rows)
@@ -425,7 +372,7 @@ def test_acceptance_view(pair):
 
 def test_forward_last_matches_forward(pair):
     target = pair[0]
-    ids = _prompt(14, n=12)
+    ids = prompt_ids(14, n=12)
     full = lm.forward(target, ids)  # [1, 12, V]
     cache = lm.new_cache(target)
     torch.testing.assert_close(lm.forward_last(target, ids[:, :9], cache, 2), full[:, 7:9], atol=1e-5, rtol=1e-4)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _pooled_chi_square, _prompt
+from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tiny_llama
 
 from specdec_lab import EagleDrafter, generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
@@ -17,7 +17,7 @@ ZOO = all((EAGLE_DIR / f"eagle{v}" / "eagle.safetensors").exists() for v in (1, 
 
 @pytest.fixture(scope="module")
 def target():
-    return _llama(layers=3, seed=0)
+    return tiny_llama(layers=3, seed=0)
 
 
 def _net(target, version, seed=0, scale=0.05, mlp=128):
@@ -87,7 +87,7 @@ def test_cached_states_give_the_live_features():
     """Training reads features from cache_states; drafting from generate()'s hidden states: the same thing."""
     from specdec_lab.eagle import _features
 
-    deep = _llama(layers=8, seed=8)
+    deep = tiny_llama(layers=8, seed=8)
     x = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(8))
     _, hidden = lm.forward(deep, x, hidden=True)
     for version in (1, 3):
@@ -138,7 +138,7 @@ def test_select_nodes_keeps_a_subtree():
 
 def test_dynamic_tree_budget_depth_and_order(target):
     net = _net(target, 1, seed=5, scale=0.2)
-    ids = _prompt(5)
+    ids = prompt_ids(5)
     for budget, depth, limit in [(10, 4, 9), (6, 5, 2), (30, 3, 9)]:
         drafter = EagleDrafter(net, dynamic=True, topk=3, depth=depth, budget=budget)
         drafter.start(target, ids)
@@ -166,7 +166,7 @@ DRAFTERS = {"chain": dict(branching=[1, 1, 1, 1]), "static": dict(branching=[3, 
 @pytest.mark.parametrize("seed", range(2))
 def test_eagle_greedy_equals_target_greedy(target, version, kind, seed):
     drafter = EagleDrafter(_net(target, version, seed), **DRAFTERS[kind])
-    ids = _prompt(seed)
+    ids = prompt_ids(seed)
     want = measure.hf_generate(target, ids, 30).tolist()
     gen = generate(target, ids, drafter, max_new_tokens=30)
     assert gen.tokens == want, f"EAGLE-{version} {kind} must equal greedy decoding"
@@ -176,7 +176,7 @@ def test_eagle_greedy_equals_target_greedy(target, version, kind, seed):
 def test_draft_cache_holds_only_true_pairs(target):
     """After every commit the draft's cache equals the pairs (true feature, committed token), recomputed."""
     net = _net(target, 3, seed=6, scale=0.2)
-    ids = _prompt(6)
+    ids = prompt_ids(6)
     seen = []
 
     class Watch(EagleDrafter):
@@ -196,7 +196,7 @@ def test_draft_cache_holds_only_true_pairs(target):
 
 def test_perfect_draft_accepts_everything(target):
     """If the draft's output IS the target's next feature, EAGLE-1 accepts every drafted token."""
-    ids = _prompt(7)
+    ids = prompt_ids(7)
     future = measure.hf_generate(target, ids, 30).tolist()
 
     class Oracle(EagleDrafter):
@@ -217,7 +217,7 @@ def test_perfect_draft_accepts_everything(target):
                                                    (1, "chain", dict(temperature=1.0))],
                          ids=["eagle2-T1", "eagle3-T0.7-p0.9", "eagle1-chain-T1"])
 def test_eagle_sampling_is_exact(version, kind, settings):
-    target = _llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
     net = EagleNet(target, version, heads=2, mlp=32)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -227,14 +227,14 @@ def test_eagle_sampling_is_exact(version, kind, settings):
     kw = {"dynamic": dict(dynamic=True, topk=2, depth=2, budget=4), "static": dict(branching=[2, 1]),
           "chain": dict(branching=[1, 1])}[kind]  # a chain goes through the chain rule, hidden states and all
     ids = torch.tensor([[1, 5, 2]])
-    want = _exact_joint(target, ids, Warp(**settings))
+    want = exact_joint(target, ids, Warp(**settings))
     g = torch.Generator().manual_seed(7)
     counts = torch.zeros(8 ** 3, dtype=torch.float64)
     drafter = EagleDrafter(net, **kw)
     for _ in range(RUNS):
         a, b, c = generate(target, ids, drafter, max_new_tokens=3, generator=g, **settings).tokens
         counts[a * 64 + b * 8 + c] += 1
-    pvalue = _pooled_chi_square(counts, want)
+    pvalue = pooled_chi_square(counts, want)
     print(f"EAGLE-{version} {kind} {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs")
     assert pvalue > P_MIN
 
@@ -248,9 +248,9 @@ def test_bad_input_errors(target, tmp_path):
         EagleNet.from_zoo(target, 1, root=tmp_path)
     with pytest.raises(ValueError, match="dynamic"):
         EagleDrafter(_net(target, 1), branching=[2, 1], dynamic=True)
-    other = _llama(hidden=32, layers=1, seed=3)
+    other = tiny_llama(hidden=32, layers=1, seed=3)
     with pytest.raises(ValueError, match="hidden size"):
-        generate(other, _prompt(0), EagleDrafter(_net(target, 1)), max_new_tokens=4)
+        generate(other, prompt_ids(0), EagleDrafter(_net(target, 1)), max_new_tokens=4)
     _net(target, 1).save(tmp_path / "eagle1")
     with pytest.raises(ValueError, match="hidden"):
         EagleNet.from_zoo(other, 1, root=tmp_path)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 import torch
-from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _pooled_chi_square, _prompt
+from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tiny_llama
 
 from specdec_lab import generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
@@ -16,7 +16,7 @@ ZOO = (MEDUSA_DIR / "heads.safetensors").exists()
 
 @pytest.fixture(scope="module")
 def target():
-    return _llama(layers=3, seed=0)
+    return tiny_llama(layers=3, seed=0)
 
 
 def _trained_heads(target, seed=0, scale=0.3):
@@ -77,7 +77,7 @@ def test_training_lowers_the_loss_and_accuracy_falls_with_offset(target):
 def test_medusa_greedy_equals_target_greedy(target, seed):
     heads = _trained_heads(target, seed)
     choices = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]
-    ids = _prompt(seed)
+    ids = prompt_ids(seed)
     want = measure.hf_generate(target, ids, 30).tolist()
     for drafter in (MedusaDrafter(heads, choices), MedusaDrafter(heads, choices, typical=(0.09, 0.3))):
         gen = generate(target, ids, drafter, max_new_tokens=30)
@@ -87,7 +87,7 @@ def test_medusa_greedy_equals_target_greedy(target, seed):
 
 def test_medusa_with_perfect_heads_accepts_everything(target):
     """Heads that always know the target's greedy future (an oracle) make τ = depth + 1."""
-    ids = _prompt(4)
+    ids = prompt_ids(4)
     future = measure.hf_generate(target, ids, 40).tolist()
 
     class Oracle(MedusaDrafter):
@@ -110,17 +110,17 @@ def test_choices_deeper_than_heads_is_an_error(target):
 @pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9)],
                          ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
 def test_medusa_sampling_is_exact(settings):
-    target = _llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
     heads = _trained_heads(target, seed=3, scale=0.5)
     ids = torch.tensor([[1, 5, 2]])
-    want = _exact_joint(target, ids, Warp(**settings))
+    want = exact_joint(target, ids, Warp(**settings))
     g = torch.Generator().manual_seed(7)
     counts = torch.zeros(8 ** 3, dtype=torch.float64)
     drafter = MedusaDrafter(heads, [(0,), (1,), (0, 0), (1, 0)])
     for _ in range(RUNS):
         a, b, c = generate(target, ids, drafter, max_new_tokens=3, generator=g, **settings).tokens
         counts[a * 64 + b * 8 + c] += 1
-    pvalue = _pooled_chi_square(counts, want)
+    pvalue = pooled_chi_square(counts, want)
     print(f"Medusa {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs")
     assert pvalue > P_MIN
 

@@ -1,7 +1,7 @@
 """Tests for tree drafts (tree.py) and the tree path of generate() and DraftModelDrafter (chapter 04)."""
 import pytest
 import torch
-from test_decoding import RUNS, P_MIN, _exact_joint, _llama, _noisy_copy, _pooled_chi_square, _prompt
+from helpers import P_MIN, RUNS, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
 from specdec_lab import DraftModelDrafter, generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
@@ -15,8 +15,8 @@ TOL = 1e-4  # fp32: a node's logits in the tree vs its path computed alone
 
 @pytest.fixture(scope="module")
 def pair():
-    target = _llama(layers=3, seed=0)
-    return target, _noisy_copy(target, 0.05, seed=1)
+    target = tiny_llama(layers=3, seed=0)
+    return target, noisy_copy(target, 0.05, seed=1)
 
 
 def _path_tokens(parents, tokens, i):
@@ -67,7 +67,7 @@ def test_tree_logits_equal_per_path_logits(pair, seed):
     n = int(torch.randint(3, 16, (1,), generator=g))
     parents = _random_parents(n, g)
     tokens = torch.randint(0, 300, (n,), generator=g).tolist()
-    prefix = _prompt(seed, n=int(torch.randint(1, 12, (1,), generator=g)))
+    prefix = prompt_ids(seed, n=int(torch.randint(1, 12, (1,), generator=g)))
     got = tree_logits(target, prefix, tokens, parents)  # [n, V]
     for i in range(n):
         ids = torch.cat([prefix, torch.tensor([_path_tokens(parents, tokens, i)])], 1)
@@ -91,7 +91,7 @@ def test_tree_logits_on_the_zoo_target():
 
 def test_keep_holds_exactly_the_path_kv(pair):
     target, _ = pair
-    prefix = _prompt(3, n=9)
+    prefix = prompt_ids(3, n=9)
     parents, tokens = [-1, -1, 0, 0, 1, 3], [5, 6, 7, 8, 9, 10]
     cache = lm.new_cache(target)
     lm.forward(target, prefix[:, :-1], cache)
@@ -150,7 +150,7 @@ SHAPES = [[2, 2, 1, 1], [3, 2, 1], [4, 1], [1, 3, 1, 1, 2]]
 def test_tree_greedy_equals_target_greedy(pair, branching):
     target, draft = pair
     for seed in range(3):
-        ids = _prompt(seed)
+        ids = prompt_ids(seed)
         want = measure.hf_generate(target, ids, 30).tolist()
         gen = generate(target, ids, DraftModelDrafter(draft, branching=branching), max_new_tokens=30)
         assert gen.tokens == want, f"branching {branching}, prompt {seed}: tree decoding changed the output"
@@ -159,9 +159,9 @@ def test_tree_greedy_equals_target_greedy(pair, branching):
 
 def test_chain_branching_is_gamma(pair):
     target, draft = pair
-    a = generate(target, _prompt(1), DraftModelDrafter(draft, branching=[1, 1, 1, 1]), max_new_tokens=25,
+    a = generate(target, prompt_ids(1), DraftModelDrafter(draft, branching=[1, 1, 1, 1]), max_new_tokens=25,
                  temperature=1.0, generator=torch.Generator().manual_seed(5))
-    b = generate(target, _prompt(1), DraftModelDrafter(draft, gamma=4), max_new_tokens=25,
+    b = generate(target, prompt_ids(1), DraftModelDrafter(draft, gamma=4), max_new_tokens=25,
                  temperature=1.0, generator=torch.Generator().manual_seed(5))
     assert a.tokens == b.tokens and a.accept_lengths == b.accept_lengths
     with pytest.raises(ValueError, match="disagree"):
@@ -172,7 +172,7 @@ def test_chain_branching_is_gamma(pair):
 
 def test_tree_stops_at_max_new_tokens_and_eos(pair):
     target, draft = pair
-    ids = _prompt(4)
+    ids = prompt_ids(4)
     for n in (1, 2, 3, 7):
         gen = generate(target, ids, DraftModelDrafter(draft, branching=[2, 2, 1]), max_new_tokens=n)
         assert gen.tokens == measure.hf_generate(target, ids, n).tolist()
@@ -199,14 +199,14 @@ class _CacheChecking(DraftModelDrafter):
 def test_draft_cache_is_compacted_to_the_accepted_path(pair):
     target, draft = pair
     drafter = _CacheChecking(draft, branching=[2, 2, 1])
-    gen = generate(target, _prompt(2), drafter, max_new_tokens=40)
+    gen = generate(target, prompt_ids(2), drafter, max_new_tokens=40)
     assert drafter.checked == gen.target_calls and max(gen.accept_lengths) == 3
 
 
 def test_draft_tree_levels_match_per_path_top_k(pair):
     """Each level's one masked draft forward picks the same children as running each path alone."""
     target, draft = pair
-    ids = _prompt(6)
+    ids = prompt_ids(6)
     drafter = DraftModelDrafter(draft, branching=[3, 2, 1])
     drafter.start(target, ids)
     tree = drafter.propose(ids, Warp(), limit=10)
@@ -218,8 +218,8 @@ def test_draft_tree_levels_match_per_path_top_k(pair):
 
 @pytest.fixture(scope="module")
 def small_vocab_pair():
-    target = _llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
-    return target, _noisy_copy(target, 0.5, seed=11)
+    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    return target, noisy_copy(target, 0.5, seed=11)
 
 
 class _TopK(Drafter):
@@ -246,7 +246,7 @@ class _TopK(Drafter):
 def test_tree_sampling_matches_target_distribution(small_vocab_pair, drafter, settings):
     target, draft = small_vocab_pair
     ids = torch.tensor([[1, 5, 2]])
-    want = _exact_joint(target, ids, Warp(**settings))  # [V^3]
+    want = exact_joint(target, ids, Warp(**settings))  # [V^3]
     make = (lambda: DraftModelDrafter(draft, branching=[2, 2])) if drafter.startswith("sampled") else (lambda: _TopK(draft))
     g = torch.Generator().manual_seed(99)
     counts, accepted, d = torch.zeros(8 ** 3, dtype=torch.float64), [], make()
@@ -255,7 +255,7 @@ def test_tree_sampling_matches_target_distribution(small_vocab_pair, drafter, se
         a, b, c = gen.tokens
         counts[a * 64 + b * 8 + c] += 1
         accepted += gen.accept_lengths
-    pvalue = _pooled_chi_square(counts, want)
+    pvalue = pooled_chi_square(counts, want)
     print(f"{drafter} {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs, "
           f"mean accepted per call {sum(accepted) / len(accepted):.2f}")
     assert pvalue > P_MIN, f"{drafter} {settings}: the first 3 tokens do not follow the target (p {pvalue:.2g})"

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from test_decoding import _llama, _noisy_copy, _prompt  # noqa: E402
+from helpers import noisy_copy, prompt_ids, tiny_llama  # noqa: E402
 
 from specdec_lab import economics, measure, tree, widgets  # noqa: E402
 from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup  # noqa: E402
@@ -114,13 +114,13 @@ def test_tree_grid_draws_the_model():
 @pytest.fixture(scope="module")
 def pair():
     torch.set_num_threads(1)
-    target = _llama(layers=2, seed=0)
-    return target, _noisy_copy(target, 0.3, seed=1)
+    target = tiny_llama(layers=2, seed=0)
+    return target, noisy_copy(target, 0.3, seed=1)
 
 
 def test_topk_hit_rates_grow_with_k_and_are_one_for_the_target_itself(pair):
     target, noisy = pair
-    ids = _prompt(4, n=10)
+    ids = prompt_ids(4, n=10)
     hits = measure.topk_hit_rates(target, noisy, ids, max_new_tokens=24, k=4)
     assert len(hits) == 4 and all(a <= b for a, b in zip(hits, hits[1:])) and 0 <= hits[0] < 1
     assert measure.topk_hit_rates(target, target, ids, max_new_tokens=24, k=2) == [1.0, 1.0]
@@ -128,7 +128,7 @@ def test_topk_hit_rates_grow_with_k_and_are_one_for_the_target_itself(pair):
 
 def test_measure_tree_reports_tau_beside_the_prediction(pair):
     target, noisy = pair
-    ids = _prompt(5, n=10)
+    ids = prompt_ids(5, n=10)
     m = measure.measure_tree(target, noisy, ids, [2, 2, 1], max_new_tokens=24)
     assert m["same_as_greedy"] and 1 <= m["measured_tau"] <= 4
     assert m["predicted_tau"] == pytest.approx(tree_expected_tokens([2, 2, 1], m["hit"]))

@@ -1,0 +1,89 @@
+"""What several test files share: tiny random Llama models, prompts, the exact sampling test, notebook solutions.
+
+* `tiny_llama`, `noisy_copy`, `prompt_ids`: fp32 models small enough for exhaustive tests (a target, an unrelated
+  draft, and a draft that is the target with noise added, so acceptance is partial), and seeded prompts.
+* Sampling tests: `exact_joint` enumerates the target's own distribution of the first 3 generated tokens;
+  over RUNS seeded runs, the generated counts must match it in `pooled_chi_square` (Pearson's chi-square,
+  cells with expected count < 5 pooled) at P_MIN. Fixed seeds, so the tests are deterministic.
+* `exercise_functions`: what a notebook's exercise cells define (solution or stub), for the graders' tests.
+
+Test files import it as `from helpers import ...` (tests/conftest.py puts this folder on sys.path).
+"""
+import copy
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specdec_lab import lm
+from specdec_lab.grading import chi_square
+
+ROOT = Path(__file__).resolve().parents[1]
+P_MIN = 1e-3  # a sampling test fails below this chi-square p-value
+RUNS = 3000  # seeded runs per sampling setting
+VOCAB = 300
+
+
+def tiny_llama(vocab=VOCAB, hidden=64, layers=2, seed=0, context=128, init=0.2):
+    """A random Llama in fp32 (the same for the same arguments: its weights come from `seed`)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=context, initializer_range=init, eos_token_id=None,
+                         bos_token_id=None, pad_token_id=None)
+    return LlamaForCausalLM(config).eval()
+
+
+def noisy_copy(model, scale, seed):
+    """The model with Gaussian noise of `scale` times each weight's std: a draft that agrees partly."""
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * p.std() * scale)
+    return out
+
+
+def prompt_ids(seed, n=8, vocab=VOCAB):
+    """[1, n] random token ids from `seed`."""
+    return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def exact_joint(target, ids, warp, steps=3):
+    """P(first `steps` tokens) under target-only sampling with `warp`: [V] * steps, by enumeration."""
+    vocab = target.config.vocab_size
+    joint = torch.ones(1, dtype=torch.float64)  # over the continuations so far, flattened
+    conts = torch.zeros(1, 0, dtype=torch.long)  # [m, t] every continuation of length t
+    for _ in range(steps):
+        seqs = torch.cat([ids.expand(len(conts), -1), conts], 1)  # [m, T + t]
+        p = warp.probs(lm.forward(target, seqs)[:, -1]).double()  # [m, V]
+        joint = (joint[:, None] * p).reshape(-1)  # [m * V]
+        conts = torch.cat([conts.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(len(conts))[:, None]], 1)
+    return joint  # index = t1 * V^2 + t2 * V + t3
+
+
+def pooled_chi_square(counts, probs, min_expected=5.0):
+    """Chi-square p-value with cells of expected count < min_expected pooled into one cell."""
+    counts, probs = counts.double(), probs.double()
+    assert counts[probs == 0].sum() == 0, "a continuation the target gives probability 0 was generated"
+    expected = counts.sum() * probs
+    small = expected < min_expected
+    c = torch.cat([counts[~small], counts[small].sum()[None]])
+    e = torch.cat([expected[~small], expected[small].sum()[None]])
+    return chi_square(c, e / e.sum())[1]
+
+
+def exercise_functions(notebook: str, folder: str = "solutions") -> dict:
+    """Run <folder>/<notebook>'s import cell and its exercise cells (each one right before a grader cell) in a
+    fresh namespace and return it: the learner's functions as the solution writes them, or as the exercise
+    notebook's stubs (folder="exercises")."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / folder / notebook, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    ns: dict = {}
+    for i, source in enumerate(code[1:], 1):  # code[0] is the setup cell (pip on Colab, the seed)
+        if i == 1 or (i + 1 < len(code) and "grading.check_" in code[i + 1]):
+            exec(compile(source, f"{folder}/{notebook}, code cell {i}", "exec"), ns)
+    return ns
