@@ -25,8 +25,6 @@ draft learns to continue from its own (imperfect) features, as it must when draf
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import checks, lm
+from specdec_lab import checks, lm, training
 from specdec_lab.drafters import Drafter
-from specdec_lab.precision import autocast
 from specdec_lab.sampling import Warp
+from specdec_lab.training import cache_states  # noqa: F401 (chapter 06 calls eagle.cache_states)
 from specdec_lab.tree import DraftTree, TreeBuilder
 
 __all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers",
@@ -154,7 +152,7 @@ class EagleNet(nn.Module):
         return picked[0] if self.version == 1 else self.fuse(torch.cat(list(picked), -1))  # [.., H]
 
     def forward(self, feature: Tensor, tokens: Tensor, positions: Tensor, mask: Tensor | None = None,
-                cache: KVCache | None = None) -> Tensor:
+                cache=None) -> Tensor:
         """feature [B, n, H] and the next tokens [B, n] at positions [n] -> outputs o [B, n, H]."""
         x = self.fc(torch.cat([self._embed(tokens).to(feature.dtype), feature], -1))  # [B, n, 2H] -> [B, n, H]
         return self.layer(x, positions, mask, cache)  # [B, n, H]
@@ -167,58 +165,23 @@ class EagleNet(nn.Module):
 
     def save(self, path: Path | str, meta: dict | None = None) -> None:
         """eagle.safetensors (bfloat16) and config.json, the layout `from_zoo` reads."""
-        from safetensors.torch import save_file
-
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().to(torch.bfloat16).contiguous() for k, v in self.state_dict().items()},
-                  path / "eagle.safetensors")
         info = {"version": self.version, "hidden": self.hidden, "heads": self.num_heads, "mlp": self.mlp,
                 "layers": list(self.layers), "vocab": self._lm_head.out_features}
-        (path / "config.json").write_text(json.dumps({**info, **(meta or {})}, indent=2) + "\n")
+        training.save(self, Path(path) / "eagle.safetensors", {**info, **(meta or {})})
 
     @classmethod
     def from_zoo(cls, target, version: int = 1, root: Path | str = EAGLE_DIR) -> EagleNet:
         """The draft shipped with the zoo for `target` (root/eagle1 or root/eagle3)."""
-        from safetensors.torch import load_file
-
         checks.model(target, "target", "pass the zoo target: target, draft, tok = zoo.load_pair('tiny')")
         if version not in (1, 3):
             raise checks.ArgumentError(f"version must be 1 (EAGLE-1, also used by EAGLE-2) or 3 (EAGLE-3), got "
                                        f"{version!r}")
-        path = Path(root) / f"eagle{version}"
-        if not (path / "eagle.safetensors").exists():
-            raise FileNotFoundError(f"no EAGLE-{version} weights in {path}: run "
-                                    f"`specdec-lab train-zoo --stage eagle` (minutes on a CPU)")
-        meta = json.loads((path / "config.json").read_text())
-        H, V = target.config.hidden_size, target.config.vocab_size
-        if meta["hidden"] != H or meta["vocab"] != V:
-            raise ValueError(f"the EAGLE-{version} draft in {path} was trained for hidden {meta['hidden']} / vocab "
-                             f"{meta['vocab']}, not this target's {H} / {V}: use zoo.load_pair('tiny')'s target, "
-                             "or train a draft for yours")
-        net = cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None)
-        net.load_state_dict({k: v.float() for k, v in load_file(path / "eagle.safetensors").items()})
-        return net.to(device=target.device, dtype=target.dtype).eval()
+        file = Path(root) / f"eagle{version}" / "eagle.safetensors"
+        meta = training.read_config(file, target, f"EAGLE-{version} weights", "eagle")
+        return training.load(cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None), file, target)
 
 
 # ---- training on cached target states -----------------------------------------------------------------
-
-
-@torch.no_grad()
-def cache_states(target, windows: Tensor, layers: Sequence[int] = (), batch: int = 16) -> tuple[Tensor, Tensor]:
-    """Run the frozen target once over windows [N, T]: (states [N, T, S, H] bf16, argmax [N, T]).
-
-    states[..., s, :] is hidden_states[layers[s]] for s < len(layers), and the last state (after the
-    final norm) at s = -1. argmax[:, t] is the target's greedy choice for token t+1 (the labels).
-    """
-    from specdec_lab import lm
-
-    out, best = [], []
-    for i in range(0, len(windows), batch):
-        logits, hidden = lm.forward(target, windows[i: i + batch], hidden=True)
-        out.append(torch.stack([hidden[j] for j in layers] + [hidden[-1]], 2).to(torch.bfloat16))  # [b, T, S, H]
-        best.append(logits.argmax(-1))  # [b, T]
-    return torch.cat(out), torch.cat(best)
 
 
 def _features(net: EagleNet, states: Tensor) -> Tensor:
@@ -292,36 +255,20 @@ def eagle_loss(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: 
 def train_eagle_net(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: int = 400, batch: int = 8,
                     lr: float = 1e-3, ttt_steps: int = 1, noise: float = 0.0, seed: int = 0, log_every: int = 25,
                     progress: bool = True, precision: str = "auto") -> list[tuple]:
-    """Train the draft on cached states [N, T, S, H], text [N, T] and labels [N, T]; returns the loss log.
+    """Train the draft on cached states [N, T, S, H], text [N, T] and labels [N, T]; returns the loss log
+    [(step, loss, *per-step CE, feature loss for version 1)].
 
-    AdamW, warmup then cosine decay; the target is never run here. precision: "auto" runs the products in
-    bf16 only where the hardware does bf16 natively (`precision.autocast`); "fp32" gives the same numbers
-    on every machine.
+    `training.fit`: AdamW, warmup then cosine decay, the gradient norm clipped to 1; the target is never run
+    here. precision: "auto" runs the products in bf16 only where the hardware does bf16 natively
+    (`precision.autocast`); "fp32" gives the same numbers on every machine.
     """
-    from tqdm.auto import tqdm
+    def loss(idx, g):
+        total, parts = eagle_loss(net, states[idx], x[idx], labels[idx], ttt_steps, noise, g)
+        return total, [total.item(), *parts]
 
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    params = [p for p in net.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    log = []
-    net.train()
-    bar = tqdm(range(steps), desc=f"eagle-{net.version}", disable=not progress, mininterval=2)
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
-        idx = torch.randint(0, len(states), (batch,), generator=g)
-        with autocast(states.device, precision):
-            loss, parts = eagle_loss(net, states[idx], x[idx], labels[idx], ttt_steps, noise, g)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        if (step + 1) % log_every == 0 or step == 0:
-            log.append((step + 1, round(loss.item(), 4), *[round(v, 4) for v in parts]))
-    net.eval()
-    return log
+    torch.manual_seed(seed)  # seeds the global generator, as this function always has (the noise uses fit's)
+    return training.fit(net, loss, len(states), steps, batch, lr, clip=1.0, seed=seed, log_every=log_every,
+                        progress=progress, precision=precision, desc=f"eagle-{net.version}")
 
 
 @torch.no_grad()

@@ -20,8 +20,6 @@ the path (i0, i1, ...) is head 0's i0-th best token, then head 1's i1-th best un
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,9 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import checks, lm
+from specdec_lab import checks, lm, training
 from specdec_lab.drafters import Drafter
-from specdec_lab.precision import autocast
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
 
@@ -103,54 +100,31 @@ class MedusaHeads(nn.Module):
     @classmethod
     def from_zoo(cls, target, path: Path | str = MEDUSA_DIR) -> MedusaHeads:
         """The heads shipped with the zoo (trained on the frozen zoo target by `specdec-lab train-zoo`)."""
-        from safetensors.torch import load_file
-
         checks.model(target, "target", "pass the zoo target: target, draft, tok = zoo.load_pair('tiny')")
-        path = Path(path)
-        if not (path / "heads.safetensors").exists():
-            raise FileNotFoundError(f"no Medusa heads in {path}: run `specdec-lab train-zoo --stage medusa`")
-        meta = json.loads((path / "config.json").read_text())
-        if meta["hidden"] != target.config.hidden_size or meta["vocab"] != target.config.vocab_size:
-            raise ValueError(f"the heads in {path} were trained for hidden {meta['hidden']} / vocab {meta['vocab']}, "
-                             f"not this target's {target.config.hidden_size} / {target.config.vocab_size}: "
-                             "use them with zoo.load_pair('tiny')'s target, or train heads for yours")
-        heads = cls.for_target(target, meta["num_heads"])
-        heads.load_state_dict({k: v.float() for k, v in load_file(path / "heads.safetensors").items()})
-        return heads.to(device=target.device, dtype=target.dtype).eval()
+        file = Path(path) / "heads.safetensors"
+        meta = training.read_config(file, target, "Medusa heads", "medusa")
+        return training.load(cls.for_target(target, meta["num_heads"]), file, target)
 
     def save(self, path: Path | str, meta: dict | None = None) -> None:
         """heads.safetensors (bfloat16: half the bytes) and config.json, the layout from_zoo reads."""
-        from safetensors.torch import save_file
-
         if self.lm_heads is not None:
             raise ValueError("only heads with the shared LM head are saved for the zoo")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().to(torch.bfloat16).contiguous() for k, v in self.state_dict().items()},
-                  path / "heads.safetensors")
-        lm_head = self._lm_head
-        info = {"num_heads": self.num_heads, "hidden": lm_head.in_features, "vocab": lm_head.out_features}
-        (path / "config.json").write_text(json.dumps({**info, **(meta or {})}, indent=2) + "\n")
+        info = {"num_heads": self.num_heads, "hidden": self._lm_head.in_features, "vocab": self._lm_head.out_features}
+        training.save(self, Path(path) / "heads.safetensors", {**info, **(meta or {})})
 
 
 # ---- training (Medusa-1: the target stays frozen) ----------------------------------------------------
 
 
-@torch.no_grad()
 def cache_hidden(target, windows: Tensor, batch: int = 16) -> tuple[Tensor, Tensor]:
     """Run the frozen target once over windows [N, T]: (last hidden states [N, T, H] bf16, argmax [N, T]).
 
     The hidden state is the one the LM head reads (after the final norm). argmax[:, t] is the target's own
-    greedy prediction for token t+1: the labels for self-distillation.
+    greedy prediction for token t+1: the labels for self-distillation. (`training.cache_states` without
+    extra layers, its one state per position unwrapped.)
     """
-    from specdec_lab import lm
-
-    hs, best = [], []
-    for i in range(0, len(windows), batch):
-        logits, hidden = lm.forward(target, windows[i: i + batch], hidden=True)
-        hs.append(hidden[-1].to(torch.bfloat16))  # [b, T, H]
-        best.append(logits.argmax(-1))  # [b, T]
-    return torch.cat(hs), torch.cat(best)
+    states, best = training.cache_states(target, windows, batch=batch)  # [N, T, 1, H], [N, T]
+    return states[:, :, -1], best
 
 
 def self_labels(windows: Tensor, argmax: Tensor) -> Tensor:
@@ -186,33 +160,16 @@ def train_heads(heads: MedusaHeads, hidden: Tensor, labels: Tensor, steps: int =
                 precision: str = "auto") -> list[tuple]:
     """Train the heads on cached hidden states [N, T, H] and labels [N, T]; returns the log [(step, ce_0, ..)].
 
-    AdamW with a short warmup and cosine decay. Each step reads `batch` random cached windows; the target is
-    never run here. precision: "auto" runs the products in bf16 only where the hardware does bf16 natively
-    (see `precision.autocast`), "fp32" gives the same numbers on every machine.
+    `training.fit`: AdamW with a short warmup and cosine decay, no gradient clipping. Each step reads
+    `batch` random cached windows; the target is never run here. precision: "auto" runs the products in
+    bf16 only where the hardware does bf16 natively (see `precision.autocast`), "fp32" gives the same
+    numbers on every machine.
     """
-    from tqdm.auto import tqdm
+    def loss(idx, _):
+        return head_loss(heads(hidden[idx].float()), labels[idx])  # [b, T, H] -> logits [K, b, T, V], scored
 
-    g = torch.Generator().manual_seed(seed)
-    params = [p for p in heads.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    log = []
-    heads.train()
-    bar = tqdm(range(steps), desc="medusa heads", disable=not progress, mininterval=2)
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
-        idx = torch.randint(0, len(hidden), (batch,), generator=g)
-        with autocast(hidden.device, precision):
-            logits = heads(hidden[idx].float())  # [K, b, T, V]
-            loss, per_head = head_loss(logits, labels[idx])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        if (step + 1) % log_every == 0 or step == 0:
-            log.append((step + 1, *[round(x, 4) for x in per_head]))
-    heads.eval()
-    return log
+    return training.fit(heads, loss, len(hidden), steps, batch, lr, seed=seed, log_every=log_every,
+                        progress=progress, precision=precision, desc="medusa heads")
 
 
 @torch.no_grad()

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -44,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_lab.precision import autocast
+from specdec_lab.training import lr_at, optimizer_step
 
 SEQ_LEN = 384
 VOCAB_SIZE = 4096
@@ -167,13 +167,6 @@ def batch_at(step: int, train_ids: torch.Tensor, batch: int, seed: int) -> torch
     return torch.stack([train_ids[s: s + SEQ_LEN] for s in starts.tolist()])  # [B, T]
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 @torch.no_grad()
 def val_loss(model, windows: torch.Tensor, batch: int = 16) -> float:
     model.eval()
@@ -190,6 +183,12 @@ def val_loss(model, windows: torch.Tensor, batch: int = 16) -> float:
 def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, teacher=None,
           seed: int = 0, precision: str = "auto"):
     """Train one model with AdamW and a cosine schedule; resumes from work/<name>.pt.
+
+    It shares the schedule (`training.lr_at`: 100 warmup steps, then a cosine down to a tenth) and the update
+    (`training.optimizer_step`) with the heads and drafts, but not their loop, `training.fit`: that one draws
+    random examples from cached states and runs to the end in one go, while this one reads each step's batch
+    straight from the token stream as a pure function of (seed, step), runs a teacher in the step, and
+    checkpoints its model, optimizer and log every 100 steps so an interrupted run resumes exactly.
 
     With a teacher, the loss is 0.9 KL(teacher || student) + 0.1 cross-entropy: the draft learns the
     target's whole next-token distribution, which is what raises agreement. Matrix products run in
@@ -217,8 +216,6 @@ def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, t
     while state["step"] < steps:
         model.train()
         step = state["step"]
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, spec.lr)
         x = batch_at(step, train_ids, spec.batch, seed)  # [B, T]
         with autocast(x.device, precision):
             logits = model(input_ids=x).logits[:, :-1].float()  # [B, T-1, V]
@@ -229,10 +226,7 @@ def train(name: str, spec: ModelSpec, tokenizer, train_ids, val_w, work: Path, t
         if teacher is not None:
             kl = F.kl_div(F.log_softmax(logits, -1), t_logp, log_target=True, reduction="none").sum(-1).mean()
             loss = 0.1 * loss + 0.9 * kl
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer_step(opt, loss, lr_at(step, steps, spec.lr, warmup=100, floor=0.1, after_warmup=True), clip=1.0)
         state["step"] += 1
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}")
@@ -388,6 +382,17 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
     (zoo_dir / "README.md").write_text("\n".join(lines))
 
 
+def cached_windows(tok, cfg: dict, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The windows the target's states are cached for: cfg["windows"] random training windows of cfg["seq_len"]
+    tokens (drawn with `seed`), [N, T], and the first cfg["val_windows"] validation windows, cut to T."""
+    train_files, val_files = corpus_files()
+    train_ids = token_stream(read_texts(train_files), tok)
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(train_ids) - cfg["seq_len"], (cfg["windows"],), generator=g).tolist()
+    x = torch.stack([train_ids[s: s + cfg["seq_len"]] for s in starts])  # [N, T]
+    return x, val_windows(token_stream(read_texts(val_files), tok))[: cfg["val_windows"], : cfg["seq_len"]]
+
+
 # ----------------------------------------------------------------------------- medusa heads
 MEDUSA = {"heads": 4, "windows": 1200, "seq_len": 256, "steps": 400, "batch": 8, "lr": 1e-3, "val_windows": 64}
 
@@ -404,12 +409,7 @@ def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = Non
     cfg = dict(MEDUSA, steps=steps or MEDUSA["steps"])
     t0 = time.time()
     target, _, tok = zoo.load_pair(str(zoo_dir))
-    train_files, val_files = corpus_files()
-    train_ids = token_stream(read_texts(train_files), tok)
-    g = torch.Generator().manual_seed(3)
-    starts = torch.randint(0, len(train_ids) - cfg["seq_len"], (cfg["windows"],), generator=g).tolist()
-    x = torch.stack([train_ids[s: s + cfg["seq_len"]] for s in starts])  # [N, T]
-    val = val_windows(token_stream(read_texts(val_files), tok))[: cfg["val_windows"], : cfg["seq_len"]]
+    x, val = cached_windows(tok, cfg, seed=3)  # [N, T] training, [n, T] validation
     hidden, best = medusa.cache_hidden(target, x)  # [N, T, H] bf16, [N, T]
     print(f"medusa: cached the target's hidden states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
     heads = medusa.MedusaHeads.for_target(target, cfg["heads"])
@@ -447,12 +447,7 @@ def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps:
     t0 = time.time()
     target, _, tok = zoo.load_pair(str(zoo_dir))
     net = eagle.EagleNet(target, version, cfg["heads"], cfg["mlp"])
-    train_files, val_files = corpus_files()
-    train_ids = token_stream(read_texts(train_files), tok)
-    g = torch.Generator().manual_seed(5)
-    starts = torch.randint(0, len(train_ids) - cfg["seq_len"], (cfg["windows"],), generator=g).tolist()
-    x = torch.stack([train_ids[s: s + cfg["seq_len"]] for s in starts])  # [N, T]
-    val = val_windows(token_stream(read_texts(val_files), tok))[: cfg["val_windows"], : cfg["seq_len"]]
+    x, val = cached_windows(tok, cfg, seed=5)  # [N, T] training, [n, T] validation
     states, best = eagle.cache_states(target, x, net.layers)  # [N, T, S, H] bf16, [N, T]
     print(f"eagle-{version}: cached the target's states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
     t1 = time.time()

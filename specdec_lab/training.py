@@ -1,0 +1,146 @@
+"""Training on the frozen target's states: the one loop behind Medusa's heads and EAGLE's drafts.
+
+Medusa heads (chapter 05) and EAGLE drafts (chapter 06) are small modules trained while the target stays
+frozen. The target's part never changes, so it runs once: `cache_states` stores its hidden states (the last
+one, plus any chosen layers) and its own greedy choices, the labels of self-distillation. After that a step
+reads a few random cached windows and never runs the target. The two methods differ only in what a module
+computes from those states and how it is scored, so one loop serves both: `fit` takes the loss as a function
+of the sampled windows, and does the rest the same way for both (AdamW, the schedule `lr_at`, optional
+gradient clipping, the log). `save` and `load` write and read the weights the zoo ships.
+
+The zoo's language models (train_zoo.train) share `lr_at` and `optimizer_step` but keep a loop of their own:
+see that function's docstring for why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from specdec_lab import lm
+from specdec_lab.precision import autocast
+
+__all__ = ["cache_states", "lr_at", "optimizer_step", "fit", "save", "read_config", "load"]
+
+
+@torch.no_grad()
+def cache_states(target, windows: Tensor, layers: Sequence[int] = (), batch: int = 16) -> tuple[Tensor, Tensor]:
+    """Run the frozen target once over windows [N, T]: (states [N, T, S, H] bf16, argmax [N, T]).
+
+    states[..., s, :] is hidden_states[layers[s]] for s < len(layers), and the last state (after the
+    final norm, what the LM head reads) at s = -1, so S = len(layers) + 1. argmax[:, t] is the target's
+    greedy choice for token t+1 (the labels of self-distillation).
+    """
+    out, best = [], []
+    for i in range(0, len(windows), batch):
+        logits, hidden = lm.forward(target, windows[i: i + batch], hidden=True)
+        out.append(torch.stack([hidden[j] for j in layers] + [hidden[-1]], 2).to(torch.bfloat16))  # [b, T, S, H]
+        best.append(logits.argmax(-1))  # [b, T]
+    return torch.cat(out), torch.cat(best)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int = 20, floor: float = 0.0,
+          after_warmup: bool = False) -> float:
+    """The learning rate at `step` of `total`: a linear warmup over `warmup` steps and a cosine decay from
+    `peak` to `floor * peak`.
+
+    after_warmup=False (the heads and drafts): the warmup ramp multiplies a cosine that decays from step 0.
+    after_warmup=True (the zoo's models): the ramp reaches the peak, then the cosine spans the remaining steps.
+    (The two branches round their arithmetic in the orders the shipped weights were trained with, so that
+    retraining reproduces them bit for bit.)
+    """
+    if after_warmup:
+        if step < warmup:
+            return peak * (step + 1) / warmup
+        ramp, angle = 1.0, math.pi * ((step - warmup) / max(1, total - warmup))
+    else:
+        ramp, angle = min(1.0, (step + 1) / warmup), math.pi * step / total
+    return peak * ramp * (floor + (1 - floor) * 0.5 * (1 + math.cos(angle)))
+
+
+def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor, lr: float, clip: float | None = None) -> None:
+    """One update: the gradients of `loss`, their norm clipped to `clip` (None: not clipped), a step of `opt`
+    at learning rate `lr`, then the gradients cleared."""
+    loss.backward()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_([p for group in opt.param_groups for p in group["params"]], clip)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Tensor, list[float]]],
+        n_examples: int, steps: int, batch: int, lr: float, clip: float | None = None, seed: int = 0,
+        log_every: int = 25, progress: bool = True, precision: str = "auto", desc: str = "training") -> list[tuple]:
+    """Train module's trainable parameters for `steps` steps; returns the log [(step, *parts), ...].
+
+    Each step draws `batch` random example indices idx [batch] out of n_examples (from a generator seeded
+    with `seed`) and calls loss_fn(idx, generator) -> (loss, parts): the loss to minimise and the numbers
+    to log (floats; the generator is there for any noise the loss adds). AdamW without weight decay, the
+    learning rate `lr_at(step, steps, lr)`, the gradient norm clipped to `clip` (None: not clipped). The log
+    holds step 1 and every `log_every`-th. precision: "auto" runs the products in bf16 only where the
+    hardware does bf16 natively (`precision.autocast`), "fp32" gives the same numbers on every machine.
+    """
+    from tqdm.auto import tqdm
+
+    g = torch.Generator().manual_seed(seed)
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    log = []
+    module.train()
+    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=2)
+    for step in bar:
+        idx = torch.randint(0, n_examples, (batch,), generator=g)  # [batch] which examples this step reads
+        with autocast(params[0].device, precision):
+            loss, parts = loss_fn(idx, g)
+        optimizer_step(opt, loss, lr_at(step, steps, lr), clip)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if (step + 1) % log_every == 0 or step == 0:
+            log.append((step + 1, *[round(v, 4) for v in parts]))
+    module.eval()
+    return log
+
+
+# ---- the zoo's files: <name>.safetensors (bfloat16) beside config.json ----------------------------------
+
+
+def save(module: nn.Module, file: Path | str, config: dict) -> None:
+    """module's state dict in `file` (bfloat16: half the bytes) and `config` in config.json beside it."""
+    from safetensors.torch import save_file
+
+    file = Path(file)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().to(torch.bfloat16).contiguous() for k, v in module.state_dict().items()}, file)
+    (file.parent / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def read_config(file: Path | str, target, what: str, stage: str) -> dict:
+    """The config.json beside weights `file`, checked against `target`'s hidden and vocabulary sizes.
+
+    what: the module, for the messages ("Medusa heads"); stage: the `train-zoo --stage` that writes it.
+    """
+    file = Path(file)
+    if not file.exists():
+        raise FileNotFoundError(f"no {what} in {file.parent}: run `specdec-lab train-zoo --stage {stage}` "
+                                "(minutes on a CPU)")
+    meta = json.loads((file.parent / "config.json").read_text())
+    H, V = target.config.hidden_size, target.config.vocab_size
+    if meta["hidden"] != H or meta["vocab"] != V:
+        raise ValueError(f"the {what} in {file.parent} were trained for hidden {meta['hidden']} / vocab "
+                         f"{meta['vocab']}, not this target's {H} / {V}: use zoo.load_pair('tiny')'s target, "
+                         f"or train {what} for yours")
+    return meta
+
+
+def load(module: nn.Module, file: Path | str, target) -> nn.Module:
+    """module with the weights `save` wrote to `file` (read as float32), on target's device and dtype, in eval mode."""
+    from safetensors.torch import load_file
+
+    module.load_state_dict({k: v.float() for k, v in load_file(Path(file)).items()})
+    return module.to(device=target.device, dtype=target.dtype).eval()

@@ -1,0 +1,138 @@
+"""Tests for specdec_lab.training, the one training loop behind Medusa's heads and EAGLE's drafts: the state
+cache, the learning-rate schedule, fit, and the zoo's weight files."""
+import math
+
+import pytest
+import torch
+from test_decoding import _llama
+from torch import nn
+
+from specdec_lab import lm
+from specdec_lab.medusa import MedusaHeads, cache_hidden
+from specdec_lab.training import cache_states, fit, load, lr_at, read_config, save
+
+
+@pytest.fixture(scope="module")
+def target():
+    return _llama(layers=3, seed=0)  # hidden 64, vocab 300
+
+
+# ---- the state cache ------------------------------------------------------------------------------------
+
+
+def test_cache_states_holds_the_chosen_layers_then_the_last_and_the_argmax(target):
+    x = torch.randint(0, 300, (5, 12), generator=torch.Generator().manual_seed(0))
+    states, best = cache_states(target, x, layers=(1, 2), batch=2)  # batches of 2, 2, 1 windows
+    assert states.shape == (5, 12, 3, 64) and states.dtype == torch.bfloat16 and best.shape == (5, 12)
+    logits, hidden = lm.forward(target, x, hidden=True)
+    for s, layer in enumerate([1, 2, -1]):
+        torch.testing.assert_close(states[:, :, s].float(), hidden[layer].to(torch.bfloat16).float())
+    assert best.equal(logits.argmax(-1)), "the labels are the target's own greedy choices"
+    last, best_again = cache_hidden(target, x)  # Medusa's view: the last state only, [N, T, H]
+    assert last.shape == (5, 12, 64) and last.equal(states[:, :, -1]) and best_again.equal(best)
+
+
+# ---- the schedule -----------------------------------------------------------------------------------------
+
+
+def test_heads_schedule_warms_up_peaks_and_decays_to_zero():
+    lrs = [lr_at(s, 200, 1e-3) for s in range(200)]
+    assert lrs[0] == pytest.approx(1e-3 / 20, rel=1e-3), "step 0: a twentieth of the peak"
+    assert all(a < b for a, b in zip(lrs[:19], lrs[1:20])), "rising over the 20 warmup steps"
+    assert max(lrs) == lrs[19] and lrs[19] == pytest.approx(1e-3, rel=0.03), "the peak right after the warmup"
+    assert all(a > b for a, b in zip(lrs[19:], lrs[20:])), "then a cosine decay"
+    assert 0 < lrs[-1] < 1e-6, "down to (almost) nothing"
+
+
+def test_zoo_schedule_holds_a_floor():
+    total = 1000
+    lrs = [lr_at(s, total, 2e-3, warmup=100, floor=0.1, after_warmup=True) for s in range(total)]
+    assert lrs[0] == pytest.approx(2e-5) and lrs[99] == pytest.approx(2e-3) and lrs[100] == 2e-3, "a ramp to the peak"
+    assert all(a >= b for a, b in zip(lrs[100:], lrs[101:])), "then a cosine over the remaining steps"
+    assert lrs[-1] == pytest.approx(2e-4, rel=1e-4) and min(lrs[100:]) >= 2e-4, "to a tenth of the peak, not below"
+
+
+def test_schedules_give_the_numbers_the_shipped_weights_were_trained_with():
+    """Bit for bit the formulas the zoo was trained with (they round differently; see lr_at)."""
+    for steps, lr in [(400, 1e-3), (1200, 3e-3), (40, 3e-3)]:  # Medusa, EAGLE, notebook 05's runs
+        old = [lr * min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)) for s in range(steps)]
+        assert [lr_at(s, steps, lr) for s in range(steps)] == old
+    for total in (1464, 976):  # the zoo's target and draft
+
+        def old(step, warmup=100, peak=2e-3):
+            if step < warmup:
+                return peak * (step + 1) / warmup
+            progress = (step - warmup) / max(1, total - warmup)
+            return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+        assert [lr_at(s, total, 2e-3, 100, 0.1, True) for s in range(total)] == [old(s) for s in range(total)]
+
+
+# ---- the loop ----------------------------------------------------------------------------------------------
+
+
+def _toy(seed=0):
+    """A linear regression: y = X w, 64 examples of 4 features; the module starts at zero."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(64, 4, generator=g)
+    y = X @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+    model = nn.Linear(4, 1, bias=False)
+    nn.init.zeros_(model.weight)
+
+    def loss_fn(idx, _):
+        loss = (model(X[idx])[:, 0] - y[idx]).pow(2).mean()  # [batch] residuals -> mean square
+        return loss, [loss.item()]
+
+    return model, loss_fn
+
+
+def test_fit_lowers_the_loss_logs_and_is_reproducible():
+    model, loss_fn = _toy()
+    log = fit(model, loss_fn, 64, steps=200, batch=16, lr=0.1, log_every=50, progress=False, precision="fp32")
+    assert [row[0] for row in log] == [1, 50, 100, 150, 200], "step 1, then every 50th"
+    assert log[-1][1] < 0.01 * log[0][1], f"fit should drive the loss down: {log}"
+    assert not model.training, "fit leaves the module in eval mode"
+    again, loss_fn = _toy()
+    fit(again, loss_fn, 64, steps=200, batch=16, lr=0.1, log_every=50, progress=False, precision="fp32")
+    assert again.weight.equal(model.weight), "same seed, same batches, same weights"
+    clipped, loss_fn = _toy()
+    fit(clipped, loss_fn, 64, steps=200, batch=16, lr=0.1, clip=1e-3, log_every=50, progress=False, precision="fp32")
+    assert not clipped.weight.equal(model.weight), "clip bounds every step's gradient norm"
+
+
+def test_fit_trains_only_what_requires_grad():
+    model, loss_fn = _toy()
+    frozen = nn.Linear(1, 1)
+    model.frozen = frozen.requires_grad_(False)
+    before = frozen.weight.clone()
+    fit(model, loss_fn, 64, steps=5, batch=8, lr=0.1, progress=False, precision="fp32")
+    assert frozen.weight.equal(before)
+
+
+# ---- the zoo's files ---------------------------------------------------------------------------------------
+
+
+def test_save_load_round_trip(target, tmp_path):
+    heads = MedusaHeads.for_target(target, 2)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    file = tmp_path / "medusa" / "heads.safetensors"
+    save(heads, file, {"num_heads": 2, "hidden": 64, "vocab": 300, "note": "kept"})
+    meta = read_config(file, target, "Medusa heads", "medusa")
+    assert meta["num_heads"] == 2 and meta["note"] == "kept"
+    loaded = load(MedusaHeads.for_target(target, 2), file, target)
+    assert not loaded.training
+    for (name, want), got in zip(heads.state_dict().items(), loaded.state_dict().values()):
+        assert got.dtype == torch.float32 and got.equal(want.to(torch.bfloat16).float()), f"{name}: stored in bf16"
+    heads.save(tmp_path / "again", meta={"note": "kept"})  # the class's own save and from_zoo use the same files
+    assert (tmp_path / "again" / "heads.safetensors").read_bytes() == file.read_bytes()
+    assert MedusaHeads.from_zoo(target, tmp_path / "again").num_heads == 2
+
+
+def test_missing_or_mismatched_weights_say_what_to_do(target, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no Medusa heads in .*train-zoo --stage medusa"):
+        read_config(tmp_path / "heads.safetensors", target, "Medusa heads", "medusa")
+    save(nn.Linear(2, 2), tmp_path / "heads.safetensors", {"hidden": 32, "vocab": 300})
+    with pytest.raises(ValueError, match="trained for hidden 32 / vocab 300, not this target's 64 / 300"):
+        read_config(tmp_path / "heads.safetensors", target, "Medusa heads", "medusa")
