@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from test_decoding import _llama
+from helpers import tiny_llama
 from torch import nn
 
 from specdec_lab import lm
@@ -14,7 +14,7 @@ from specdec_lab.training import cache_states, fit, load, lr_at, read_config, sa
 
 @pytest.fixture(scope="module")
 def target():
-    return _llama(layers=3, seed=0)  # hidden 64, vocab 300
+    return tiny_llama(layers=3, seed=0)  # hidden 64, vocab 300
 
 
 # ---- the state cache ------------------------------------------------------------------------------------
