@@ -22,7 +22,8 @@ def check() -> int:
         try:
             print(f"{pkg:<13} {md.version(pkg)}")
         except md.PackageNotFoundError:
-            print(f"{pkg:<13} NOT INSTALLED")
+            dev = ' (only the tests need it: pip install "specdec-lab[dev]")' if pkg == "nbval" else ""
+            print(f"{pkg:<13} NOT INSTALLED{dev}")
     if torch.cuda.is_available():
         device = f"cuda ({torch.cuda.get_device_name(0)})"
     elif getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():

@@ -10,6 +10,7 @@ Used by notebooks/02_speedup_economics.ipynb and 04_tree_attention.ipynb. The ba
 model of a real model on a real accelerator (default: Qwen2.5-7B on an H100, `economics.QWEN25_7B_ON_H100`).
 Where no kernel runs, an explorer's saved output is a one-line placeholder (EXPLORER_TEXT, TREE_EXPLORER_TEXT)
 rather than ipywidgets' `VBox(children=...` text; tests/test_browser.py checks both explorers in JupyterLab.
+Works with ipywidgets 8 and 7.7 (Colab's).
 """
 
 from __future__ import annotations
@@ -37,10 +38,21 @@ def _box(rows, label: str):
             return label
 
         def _repr_mimebundle_(self, **kwargs):
-            data = super()._repr_mimebundle_(**kwargs)
+            if hasattr(w.VBox, "_repr_mimebundle_"):  # ipywidgets 8
+                data = super()._repr_mimebundle_(**kwargs)
+            else:  # ipywidgets 7 (Colab's) has none: the bundle its _ipython_display_ shows
+                data = {"application/vnd.jupyter.widget-view+json":
+                        {"version_major": 2, "version_minor": 0, "model_id": self.model_id}}
             if data:
                 data["text/plain"] = label  # whole: ipywidgets cuts a text form at 110 characters
             return data
+
+        if not hasattr(w.VBox, "_repr_mimebundle_"):
+            def _ipython_display_(self, **kwargs):  # how ipywidgets 7 displays a widget: with the bundle above
+                from IPython.display import display
+
+                display(self._repr_mimebundle_(), raw=True)
+                self._handle_displayed(**kwargs)
 
     return Explorer(rows)
 

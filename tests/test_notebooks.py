@@ -76,6 +76,7 @@ def test_badge_and_setup_cell_are_stamped(path):
 def test_stamp_uses_the_one_repository_address():
     assert f"git+{REPO_URL}" in nbtool.SETUP
     assert '"google.colab" in sys.modules' in nbtool.SETUP
+    assert "--no-deps" in nbtool.SETUP  # Colab's preinstalled torch, transformers, ipywidgets stay as they are
     owner_repo = REPO_URL.removeprefix("https://github.com/")
     assert nbtool.colab_url("notebooks/x.ipynb") == (
         f"https://colab.research.google.com/github/{owner_repo}/blob/main/notebooks/x.ipynb"

@@ -41,10 +41,24 @@ def test_speedup_grid_has_one_panel_per_batch_and_c():
     plt.close(fig)
 
 
-def test_explorers_show_a_placeholder_not_their_widget_tree_as_text():
+def shown(obj, monkeypatch) -> dict:
+    """The bundle IPython shows for `obj`: through _repr_mimebundle_ (ipywidgets 8) or _ipython_display_ (7)."""
+    import IPython.display
+    from IPython.core.formatters import DisplayFormatter
+
+    published = []
+    monkeypatch.setattr(IPython.display, "display", lambda data, raw: published.append(data))
+    data, _ = DisplayFormatter().format(obj)
+    return published[0] if published else data
+
+
+def test_explorers_show_a_placeholder_not_their_widget_tree_as_text(monkeypatch):
     box = widgets.explorer()
     assert repr(box) == widgets.EXPLORER_TEXT and "VBox(children" not in repr(box)
     assert box._repr_mimebundle_()["text/plain"] == widgets.EXPLORER_TEXT  # what a page without a kernel shows
+    bundle = shown(box, monkeypatch)  # what IPython shows, in ipywidgets 7 (Colab's) as in 8
+    assert bundle["text/plain"] == widgets.EXPLORER_TEXT
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == box.model_id
     assert repr(widgets.tree_explorer()) == widgets.TREE_EXPLORER_TEXT
     plt.close("all")
 

@@ -33,7 +33,8 @@ SETUP = f"""\
 import sys
 
 if "google.colab" in sys.modules:
-    %pip install -q "specdec-lab @ git+{REPO_URL}"
+    # --no-deps: Colab already has everything the course needs; never replace its torch or ipywidgets
+    %pip install -q --no-deps "specdec-lab @ git+{REPO_URL}"
 
 import torch
 
