@@ -52,11 +52,13 @@ def check() -> int:
 
 def bench_arguments(parser) -> None:
     """The flags of `specdec-lab bench`; each is checked when parsed, before any model loads."""
-    from specdec_lab import bench
+    from specdec_lab import bench, zoo
+    named = ", ".join(f"{k} ({t.split('/')[-1]} with {d.split('/')[-1]})" for k, (t, d) in zoo.PAIRS.items())
     parser.add_argument("--method", choices=sorted(bench.METHODS), default="all", help="all: every method, greedy "
                         "and sampled (chapter 08, the default); draft: the draft model against HF (chapter 03)")
     parser.add_argument("--pair", default="tiny", type=pair_name, help="model pair for zoo.load_pair: tiny "
-                        "(embedded, the default), smollm2, qwen2.5, gpt2, or a folder holding target/ and draft/")
+                        f"(embedded, the default), {named} (README's table of named pairs says why each), or a "
+                        "folder holding target/ and draft/")
     parser.add_argument("--device", type=device_name, help="cpu, cuda, mps ... (default: cuda when available, "
                         "else cpu)")
     parser.add_argument("--temperatures", type=temperature_list, help="comma-separated; 0 = greedy (default 0,0.7)")

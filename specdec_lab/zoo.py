@@ -1,7 +1,7 @@
 """Target/draft model pairs: the embedded `tiny` pair (ships inside the package) and real checkpoints.
 
     target, draft, tok = load_pair("tiny")        # offline, seconds, any CPU
-    target, draft, tok = load_pair("smollm2")     # the same code on a real pair (needs the Hub)
+    target, draft, tok = load_pair("smollm2")     # the same code on a real pair (needs the Hub; see PAIRS)
 
     target, draft, tok = load_pair("my-zoo")      # a folder holding target/ and draft/ (save_pretrained's)
 
@@ -20,11 +20,15 @@ import torch
 
 EMBEDDED = {"tiny": Path(__file__).parent / "data" / "zoo" / "tiny"}
 
-# name -> (target, draft) Hugging Face ids; each pair shares one tokenizer.
+# name -> (target, draft) Hugging Face ids; each pair shares one tokenizer (same vocab_size in both configs).
+# Chosen so that draft-model speculation can pay on a Colab T4: at batch 1 in eager PyTorch a small model's step
+# costs about its layer count in kernel launches plus its weight bytes over the memory bandwidth, so the draft
+# must be shallow as well as small. README's "The named real pairs" table gives layers, bytes and c for each
+# (SmolLM2-360M with SmolLM2-135M, 32 against 30 layers, was dropped: c close to 1 wherever launches dominate).
 PAIRS = {
-    "smollm2": ("HuggingFaceTB/SmolLM2-360M", "HuggingFaceTB/SmolLM2-135M"),
-    "qwen2.5": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
-    "gpt2": ("gpt2-large", "gpt2"),
+    "smollm2": ("HuggingFaceTB/SmolLM2-1.7B", "HuggingFaceTB/SmolLM2-135M"),  # 24 / 30 layers: depth, not size
+    "qwen2.5": ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),  # 36 / 24 layers
+    "gpt2": ("gpt2-xl", "gpt2"),  # 48 / 12 layers: the smallest c by either model
 }
 
 
@@ -155,20 +159,26 @@ def resolve_pair(name) -> tuple[str, str]:
     return target_id, draft_id
 
 
+def gpu_dtype(device) -> torch.dtype:
+    """bfloat16 on a GPU that computes it natively (compute capability 8.0 and up: A100, L4, H100), else float16
+    (a T4, 7.5, has no bf16 tensor cores: bf16 there would be emulated and slow)."""
+    return torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
+
+
 def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None = None):
     """Return (target, draft, tokenizer), both models in eval mode on `device`.
 
     name: "tiny" (embedded, offline), a key of PAIRS, a folder holding target/ and draft/, or a
     (target, draft) tuple of local paths or Hub ids. Local folders are anything from_pretrained loads (one
     safetensors file, shards with their index, pytorch_model.bin); the pair shares one tokenizer, so it may
-    live in just one of the two folders. dtype defaults to float32 (exact comparisons) on CPU and bfloat16
-    for Hub models on a GPU.
+    live in just one of the two folders. dtype defaults to float32 (exact comparisons) on CPU, and for Hub
+    models on a GPU to bfloat16, or float16 on a GPU without native bf16 such as a T4 (gpu_dtype).
     """
     target_id, draft_id = resolve_pair(name)
     device = check_device(device or default_device())
     if dtype is None:
         local = Path(target_id).is_dir()
-        dtype = torch.bfloat16 if (device.startswith("cuda") and not local) else torch.float32
+        dtype = gpu_dtype(device) if (device.startswith("cuda") and not local) else torch.float32
     target, tok = _load_one(target_id, device, dtype, _has_tokenizer(target_id))
     draft, draft_tok = _load_one(draft_id, device, dtype, _has_tokenizer(draft_id))
     if tok is None or draft_tok is None:  # one folder holds no tokenizer files: the pair shares the other's

@@ -1,6 +1,7 @@
 """The embedded zoo: loads offline, reaches its recorded validation loss, and bad pairs fail clearly."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -82,6 +83,49 @@ def test_offline_hub_name_gives_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RuntimeError, match=r"load_pair\('tiny'\)"):
         zoo.load_pair(("no-such-org/no-such-model-1", "no-such-org/no-such-model-2"), device="cpu")
+
+
+@pytest.mark.parametrize("name", sorted(zoo.PAIRS))
+def test_every_named_pair_offline_gives_the_clear_error(name, monkeypatch):
+    """Each named pair, not in the Hugging Face cache and with the Hub unreachable, fails at once with the message
+    that points to load_pair('tiny'): HF_HUB_OFFLINE=1 skips the network probe, and the cache lookup is local."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(zoo.socket, "create_connection", _no_network)
+    for model_id in zoo.PAIRS[name]:  # a checkpoint cached on this machine would load instead of failing
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            if isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+                pytest.skip(f"{model_id} is in this machine's Hugging Face cache")
+        except ImportError:
+            pass
+    with pytest.raises(RuntimeError, match=r"not in the Hugging Face cache.*load_pair\('tiny'\)"):
+        zoo.load_pair(name, device="cpu")
+
+
+def _no_network(*args, **kwargs):
+    raise AssertionError("load_pair tried the network although HF_HUB_OFFLINE=1")
+
+
+def test_named_pairs_are_documented():
+    """README's and notebook 00's tables of named pairs list every key of PAIRS with both checkpoints."""
+    root = Path(__file__).resolve().parents[1]
+    nb = json.loads((root / "notebooks" / "00_setup_and_models.ipynb").read_text(encoding="utf-8"))
+    table = next("".join(c["source"]) for c in nb["cells"]
+                 if c["cell_type"] == "markdown" and "The named real pairs" in "".join(c["source"]))
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    for name, (target, draft) in zoo.PAIRS.items():
+        for text, where in ((readme, "README.md"), (table, "notebook 00")):
+            rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
+            assert rows and f"`{target}`" in rows[0] and f"`{draft}`" in rows[0], (
+                f"{where}: the table of named pairs has no row `{name}` with {target} and {draft}")
+
+
+@pytest.mark.parametrize("capability, dtype", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
+                                               ((9, 0), torch.bfloat16)])
+def test_gpu_dtype_is_fp16_without_native_bf16(capability, dtype, monkeypatch):
+    """A T4 (compute capability 7.5) has no bf16 tensor cores: Hub pairs load in fp16 there, bf16 from 8.0 up."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert zoo.gpu_dtype("cuda") is dtype
 
 
 def test_unknown_name_is_rejected():
