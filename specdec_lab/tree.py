@@ -116,7 +116,7 @@ def tree_forward(model, new_ids: Tensor, parents: Sequence[int], tokens: Sequenc
     The cache holds the committed text before new_ids (`past` positions). The k new tokens attend causally;
     each tree node attends to all committed tokens, its ancestors and itself, at position past + k + depth.
     Returns [n + 1, V] float32 logits: row 0 at the last committed token (it predicts the depth-0 nodes),
-    row i + 1 at node i. The cache grows by k + n positions; `compact` keeps the accepted ones.
+    row i + 1 at node i. The cache grows by k + n positions; `lm.keep` keeps the accepted ones.
     hidden=True: (logits, hidden states), HF's tuple of [1, k + n, H] per layer (see lm.forward).
     """
     k, past = new_ids.shape[1], lm.cache_len(cache)

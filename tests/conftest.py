@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 FAST = 'pytest tests -m "not browser"'
-HINT = (f"only the fast unit tests (about 4 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "
+HINT = (f"only the fast unit tests (2 to 4 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "
         "one notebook: pytest notebooks/02_speedup_economics.ipynb")
 
 
