@@ -61,6 +61,9 @@ def bench_arguments(parser) -> None:
                         "folder holding target/ and draft/")
     parser.add_argument("--device", type=device_name, help="cpu, cuda, mps ... (default: cuda when available, "
                         "else cpu)")
+    parser.add_argument("--dtype", type=dtype_name, help="float32, bfloat16 or float16 (default: float32 on a CPU "
+                        "and for local folders, the GPU's half precision for Hub models). In half precision a "
+                        "greedy mismatch at a near-tie of the target's logits is reported as a tie, not a bug")
     parser.add_argument("--temperatures", type=temperature_list, help="comma-separated; 0 = greedy (default 0,0.7)")
     parser.add_argument("--json", type=output_file, help="write the results here as JSON (with the run's settings "
                         "and versions); missing folders are created")
@@ -134,6 +137,18 @@ def output_file(text: str) -> str:
     if not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: no permission to write in {folder}")
     return text
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def dtype_name(text: str):
+    import torch
+
+    name = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(text, text)
+    if name not in DTYPES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a dtype the models load in: give one of {', '.join(DTYPES)}")
+    return getattr(torch, name)
 
 
 def pair_name(text: str) -> str:

@@ -38,6 +38,7 @@ def no_loading(monkeypatch):
 @pytest.mark.parametrize("argv, words", [
     (["--temperatures", "0,-1"], ["--temperatures", "-1", ">= 0"]),
     (["--temperatures", "abc"], ["--temperatures", "'abc' is not a number", "e.g. 0,0.7"]),
+    (["--dtype", "int8"], ["--dtype", "'int8' is not a dtype", "float32, bfloat16, float16"]),
     (["--temperatures", "0,1e-45"], ["--temperatures", "1e-45", "temperature=0 for greedy"]),
     (["--temperatures", "0,0.7,0"], ["--temperatures", "0 appears twice"]),
     (["--limit", "0"], ["--limit", "'0'", "1 or more"]),
