@@ -1,4 +1,4 @@
-"""The `specdec-lab` command: `specdec-lab check`, `specdec-lab train-zoo`, `specdec-lab bench`.
+"""The `specdec-lab` command: `specdec-lab check`, `train-zoo`, `train-heads`, `bench`.
 
 Every flag is checked here, as it is parsed and before any model loads (the argparse types below wrap
 `specdec_lab.checks`, the one place the package checks its arguments).
@@ -181,6 +181,29 @@ def folder(text: str) -> Path:
     return path
 
 
+def heads_doc() -> str:
+    from specdec_lab import heads
+
+    return heads.__doc__
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: give minutes, e.g. 5 or 0.5") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of minutes")
+    return value
+
+
+def existing_folder(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder: give a folder of text files")
+    return path
+
+
 def check_train_zoo(parser, args) -> None:
     """The flag combinations train-zoo refuses (parser.error: one line, before anything runs)."""
     if args.measure_only and args.train_only:
@@ -216,6 +239,22 @@ def main(argv=None) -> int:
     tz.add_argument("--stage", choices=["all", "models", "medusa", "eagle"], default="all",
                     help="all (default); models: tokenizer, target, draft; medusa: only the Medusa heads; "
                          "eagle: only the EAGLE-1 and EAGLE-3 drafts")
+    th = sub.add_parser("train-heads", help="train Medusa heads or an EAGLE-1/EAGLE-3 draft for any causal LM",
+                        description=heads_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    th.add_argument("--target", required=True, help="tiny (the zoo's target), a Hugging Face id or a local folder")
+    th.add_argument("--method", required=True, choices=["medusa", "eagle1", "eagle3"])
+    th.add_argument("--device", type=device_name, help="cpu, cuda, ... (default: cuda when available, else cpu)")
+    th.add_argument("--minutes", type=positive_float, help="time budget of the whole run, caching included (default: "
+                    "the full recipe, however long it takes)")
+    th.add_argument("--data", type=existing_folder, help="a folder of text files to train on (default: the course "
+                    "corpus, the Python standard library)")
+    th.add_argument("--out", type=folder, help="output folder (default: the user's cache, "
+                    "~/.cache/specdec-lab/heads/<target>/<method>)")
+    th.add_argument("--steps", type=positive_int, help="training steps (default: the recipe's, fewer to fit --minutes)")
+    th.add_argument("--windows", type=positive_int, help="training windows of 256 tokens (default: the recipe's)")
+    th.add_argument("--lm-head", choices=["own", "shared"], default="own", help="Medusa: each head its own LM head "
+                    "initialised from the target's (own, as published; the default) or the target's, frozen (shared)")
+    th.add_argument("--threads", type=positive_int, help="CPU threads (default: torch's own choice)")
     bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
     bench_arguments(bench)
     args = parser.parse_args(argv)
@@ -231,6 +270,12 @@ def main(argv=None) -> int:
                   f"{args.work}", file=sys.stderr)
             return 130
         return 0
+    if args.cmd == "train-heads":
+        from specdec_lab import heads
+
+        if args.lm_head == "shared" and args.method != "medusa":
+            th.error("--lm-head belongs to --method medusa (EAGLE drafts always read the target's own LM head)")
+        return heads.main(args)
     if args.cmd == "bench":
         import torch
 

@@ -25,6 +25,7 @@ draft learns to continue from its own (imperfect) features, as it must when draf
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -159,7 +160,8 @@ class EagleNet(nn.Module):
 
     def logits(self, out: Tensor) -> Tensor:
         """Draft outputs [.., H] -> logits [.., V] through the target's frozen LM head."""
-        return self._lm_head(out if self.out_norm is None else self.out_norm(out))
+        out = out if self.out_norm is None else self.out_norm(out)
+        return self._lm_head(out.to(self._lm_head.weight.dtype))  # an fp32 draft may read a bf16 target's head
 
     # ---- the zoo's files ----
 
@@ -170,6 +172,16 @@ class EagleNet(nn.Module):
         training.save(self, Path(path) / "eagle.safetensors", {**info, **(meta or {})})
 
     @classmethod
+    def from_pretrained(cls, target, folder: Path | str) -> EagleNet:
+        """A draft saved in `folder` (eagle.safetensors, config.json) for this target, by `specdec-lab
+        train-heads` or `train-zoo`; refused, with what to do, when it was trained for another target."""
+        checks.model(target, "target", "pass the target model the draft was trained for")
+        file = Path(folder) / "eagle.safetensors"
+        version = json.loads((file.parent / "config.json").read_text())["version"] if file.exists() else 1
+        meta = training.read_config(file, target, f"EAGLE-{version} weights", f"eagle{version}")
+        return training.load(cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None), file, target)
+
+    @classmethod
     def from_zoo(cls, target, version: int = 1, root: Path | str = EAGLE_DIR) -> EagleNet:
         """The draft shipped with the zoo for `target` (root/eagle1 or root/eagle3)."""
         checks.model(target, "target", "pass the zoo target: target, draft, tok = zoo.load_pair('tiny')")
@@ -177,8 +189,9 @@ class EagleNet(nn.Module):
             raise checks.ArgumentError(f"version must be 1 (EAGLE-1, also used by EAGLE-2) or 3 (EAGLE-3), got "
                                        f"{version!r}")
         file = Path(root) / f"eagle{version}" / "eagle.safetensors"
-        meta = training.read_config(file, target, f"EAGLE-{version} weights", "eagle")
-        return training.load(cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None), file, target)
+        if not file.exists():  # the zoo's own message: its drafts come from train-zoo
+            training.read_config(file, target, f"EAGLE-{version} weights", f"eagle{version}")
+        return cls.from_pretrained(target, file.parent)
 
 
 # ---- training on cached target states -----------------------------------------------------------------
@@ -236,7 +249,7 @@ def eagle_loss(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: 
     tokens = x[:, 1:]  # [B, T-1] the token after each position
     f_in = f[:, :-1]
     if noise:
-        f_in = f_in + noise * torch.randn(f_in.shape, generator=generator)
+        f_in = f_in + noise * torch.randn(f_in.shape, generator=generator).to(f_in.device)
     outs = unroll(net, f_in, tokens, steps)  # steps x [B, T-1, H]
     want = labels[:, 1:]  # [B, T-1] the target's choice for the token after x_{p+1}
     total, per_step = f.new_zeros(()), []
@@ -262,8 +275,11 @@ def train_eagle_net(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, st
     here. precision: "auto" runs the products in bf16 only where the hardware does bf16 natively
     (`precision.autocast`); "fp32" gives the same numbers on every machine.
     """
+    device = net.fc.weight.device  # the cached states wait in host memory; each batch moves to the draft
+
     def loss(idx, g):
-        total, parts = eagle_loss(net, states[idx], x[idx], labels[idx], ttt_steps, noise, g)
+        total, parts = eagle_loss(net, states[idx].to(device), x[idx].to(device), labels[idx].to(device),
+                                  ttt_steps, noise, g)
         return total, [total.item(), *parts]
 
     torch.manual_seed(seed)  # seeds the global generator, as this function always has (the noise uses fit's)
@@ -281,7 +297,8 @@ def eagle_accuracy(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, dep
     """
     hits, counts = [0] * depth, [0] * depth
     for s in range(0, len(states), batch):
-        st, xx, yy = states[s: s + batch], x[s: s + batch], labels[s: s + batch]
+        device = net.fc.weight.device
+        st, xx, yy = (t[s: s + batch].to(device) for t in (states, x, labels))
         outs = unroll(net, _features(net, st)[:, :-1], xx[:, 1:], depth)
         for i, o in enumerate(outs):
             pred = net.logits(o[:, i:]).argmax(-1)  # [b, T-1-i]
@@ -377,6 +394,12 @@ class EagleDrafter(Drafter):
         """The drafter with the draft shipped for the zoo target: version 1 (EAGLE-1; dynamic=True is
         EAGLE-2's tree) or 3 (EAGLE-3)."""
         return cls(EagleNet.from_zoo(target, version), dynamic=dynamic, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, target, folder: Path | str, dynamic: bool = False, **kwargs) -> EagleDrafter:
+        """The drafter with a draft trained for `target` by `specdec-lab train-heads --method eagle1|eagle3`
+        (dynamic=True: EAGLE-2's tree)."""
+        return cls(EagleNet.from_pretrained(target, folder), dynamic=dynamic, **kwargs)
 
     def start(self, target, ids: Tensor) -> None:
         H = target.config.get_text_config().hidden_size

@@ -88,7 +88,7 @@ class MedusaHeads(nn.Module):
         outs = []
         for k, head in enumerate(self.heads):
             lm_head = self._lm_head if self.lm_heads is None else self.lm_heads[k]
-            outs.append(lm_head(head(h)))  # [.., V]
+            outs.append(lm_head(head(h).to(lm_head.weight.dtype)))  # [.., V] (fp32 heads may read a bf16 head)
         return torch.stack(outs)  # [K, .., V]
 
     @classmethod
@@ -98,18 +98,27 @@ class MedusaHeads(nn.Module):
         return heads.to(device=target.device, dtype=target.dtype)
 
     @classmethod
+    def from_pretrained(cls, target, folder: Path | str) -> MedusaHeads:
+        """Heads saved in `folder` (heads.safetensors, config.json) for this target, by `specdec-lab train-heads`
+        or `train-zoo`; refused, with what to do, when they were trained for another target."""
+        checks.model(target, "target", "pass the target model the heads were trained for")
+        file = Path(folder) / "heads.safetensors"
+        meta = training.read_config(file, target, "Medusa heads", "medusa")
+        heads = cls.for_target(target, meta["num_heads"], shared_lm_head=not meta.get("own_lm_heads", False))
+        return training.load(heads, file, target)
+
+    @classmethod
     def from_zoo(cls, target, path: Path | str = MEDUSA_DIR) -> MedusaHeads:
         """The heads shipped with the zoo (trained on the frozen zoo target by `specdec-lab train-zoo`)."""
         checks.model(target, "target", "pass the zoo target: target, draft, tok = zoo.load_pair('tiny')")
-        file = Path(path) / "heads.safetensors"
-        meta = training.read_config(file, target, "Medusa heads", "medusa")
-        return training.load(cls.for_target(target, meta["num_heads"]), file, target)
+        return cls.from_pretrained(target, path)
 
     def save(self, path: Path | str, meta: dict | None = None) -> None:
-        """heads.safetensors (bfloat16: half the bytes) and config.json, the layout from_zoo reads."""
-        if self.lm_heads is not None:
-            raise ValueError("only heads with the shared LM head are saved for the zoo")
-        info = {"num_heads": self.num_heads, "hidden": self._lm_head.in_features, "vocab": self._lm_head.out_features}
+        """heads.safetensors (bfloat16: half the bytes) and config.json, the layout from_pretrained reads. Own
+        LM heads (shared_lm_head=False) are saved with the heads; a shared one is the target's, never saved."""
+        head = self._lm_head if self.lm_heads is None else self.lm_heads[0]
+        info = {"num_heads": self.num_heads, "hidden": head.in_features, "vocab": head.out_features,
+                "own_lm_heads": self.lm_heads is not None}
         training.save(self, Path(path) / "heads.safetensors", {**info, **(meta or {})})
 
 
@@ -165,8 +174,10 @@ def train_heads(heads: MedusaHeads, hidden: Tensor, labels: Tensor, steps: int =
     bf16 only where the hardware does bf16 natively (see `precision.autocast`), "fp32" gives the same
     numbers on every machine.
     """
-    def loss(idx, _):
-        return head_loss(heads(hidden[idx].float()), labels[idx])  # [b, T, H] -> logits [K, b, T, V], scored
+    device = heads.heads[0].linear.weight.device  # the cached states wait in host memory
+
+    def loss(idx, _):  # [b, T, H] -> logits [K, b, T, V], scored
+        return head_loss(heads(hidden[idx].to(device).float()), labels[idx].to(device))
 
     return training.fit(heads, loss, len(hidden), steps, batch, lr, seed=seed, log_every=log_every,
                         progress=progress, precision=precision, desc="medusa heads")
@@ -179,8 +190,9 @@ def head_accuracy(heads: MedusaHeads, hidden: Tensor, labels: Tensor, ks: Sequen
     hits = {k: [0] * heads.num_heads for k in ks}
     counts = [0] * heads.num_heads
     for i in range(0, len(hidden), batch):
-        logits = heads(hidden[i: i + batch].float())  # [K, b, T, V]
-        y = labels[i: i + batch]
+        device = heads.heads[0].linear.weight.device
+        logits = heads(hidden[i: i + batch].to(device).float())  # [K, b, T, V]
+        y = labels[i: i + batch].to(device)
         top = logits.topk(max(ks), -1).indices  # [K, b, T, kmax]
         for h in range(heads.num_heads):
             shift = h + 2
@@ -226,6 +238,11 @@ class MedusaDrafter(Drafter):
     def from_zoo(cls, target, **kwargs) -> MedusaDrafter:
         """The drafter with the heads shipped for the zoo target (`MedusaHeads.from_zoo`)."""
         return cls(MedusaHeads.from_zoo(target), **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, target, folder: Path | str, **kwargs) -> MedusaDrafter:
+        """The drafter with heads trained for `target` by `specdec-lab train-heads --method medusa`."""
+        return cls(MedusaHeads.from_pretrained(target, folder), **kwargs)
 
     def start(self, target, ids: Tensor) -> None:
         if target.config.hidden_size != self.heads.heads[0].linear.in_features:

@@ -121,12 +121,11 @@ def save_tokenizer(tok, out_dir: Path) -> None:
 
 
 def token_stream(texts: list[str], tokenizer) -> torch.Tensor:
-    """All texts concatenated, each followed by EOS: [N] int64."""
-    eos = tokenizer.eos_token_id
+    """All texts concatenated, each followed by EOS (when the tokenizer has one): [N] int64."""
+    eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]  # a tokenizer may have no EOS
     ids: list[int] = []
     for enc in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]:
-        ids.extend(enc)
-        ids.append(eos)
+        ids.extend(enc + eos)
     return torch.tensor(ids, dtype=torch.long)
 
 
@@ -394,7 +393,9 @@ def cached_windows(tok, cfg: dict, seed: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 # ----------------------------------------------------------------------------- medusa heads
-MEDUSA = {"heads": 4, "windows": 1200, "seq_len": 256, "steps": 400, "batch": 8, "lr": 1e-3, "val_windows": 64}
+# Medusa-1 as published (Cai et al. 2024): each head its own residual block and its own LM head (initialised from
+# the target's), on the EAGLE drafts' step budget.
+MEDUSA = {"heads": 4, "windows": 1200, "seq_len": 256, "steps": 1200, "batch": 8, "lr": 1e-3, "val_windows": 64}
 
 
 def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
@@ -404,7 +405,7 @@ def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = Non
     only the heads train. Labels are the target's own greedy predictions (see medusa.self_labels); the
     card also records each head's accuracy against the raw text.
     """
-    from specdec_lab import medusa, zoo
+    from specdec_lab import medusa, training, zoo
 
     cfg = dict(MEDUSA, steps=steps or MEDUSA["steps"])
     t0 = time.time()
@@ -412,10 +413,11 @@ def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = Non
     x, val = cached_windows(tok, cfg, seed=3)  # [N, T] training, [n, T] validation
     hidden, best = medusa.cache_hidden(target, x)  # [N, T, H] bf16, [N, T]
     print(f"medusa: cached the target's hidden states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
-    heads = medusa.MedusaHeads.for_target(target, cfg["heads"])
+    heads = medusa.MedusaHeads.for_target(target, cfg["heads"], shared_lm_head=False).float()
     log = medusa.train_heads(heads, hidden, medusa.self_labels(x, best), cfg["steps"], cfg["batch"], cfg["lr"])
     v_hidden, v_best = medusa.cache_hidden(target, val)
-    card = {"config": cfg, "lm_head": "the target's, shared and frozen", "labels": "self-distilled",
+    card = {**training.fingerprint(target), "config": cfg, "labels": "self-distilled",
+            "lm_head": "each head its own, initialised from the target's",
             "log": log, "seconds": round(time.time() - t0, 1),
             "val_accuracy_vs_target": medusa.head_accuracy(heads, v_hidden, medusa.self_labels(val, v_best)),
             "val_accuracy_vs_text": medusa.head_accuracy(heads, v_hidden, val)}
@@ -438,7 +440,7 @@ def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps:
     steps (the same data budget): EAGLE-1 the last hidden state, with feature regression + 0.1 token CE;
     EAGLE-3 three fused layers, token CE only, unrolled over 3 training-time-test steps.
     """
-    from specdec_lab import eagle, zoo
+    from specdec_lab import eagle, training, zoo
 
     if version not in (1, 3):
         raise ValueError(f"version must be 1 or 3, got {version!r}")
@@ -455,7 +457,8 @@ def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps:
                                 cfg["noise"])
     train_seconds, seconds = round(time.time() - t1, 1), round(time.time() - t0, 1)
     v_states, v_best = eagle.cache_states(target, val, net.layers)
-    card = {"config": cfg, "embedding_and_lm_head": "the target's, frozen", "labels": "self-distilled",
+    card = {**training.fingerprint(target), "config": cfg, "embedding_and_lm_head": "the target's, frozen",
+            "labels": "self-distilled",
             "log": log, "seconds": seconds, "train_seconds": train_seconds, "threads": torch.get_num_threads(),
             "val_accuracy_vs_target": [round(a, 4) for a in eagle.eagle_accuracy(net, v_states, val, v_best)]}
     del states

@@ -14,8 +14,10 @@ see that function's docstring for why.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from torch import Tensor, nn
 from specdec_lab import lm
 from specdec_lab.precision import autocast
 
-__all__ = ["cache_states", "lr_at", "optimizer_step", "fit", "save", "read_config", "load"]
+__all__ = ["cache_states", "lr_at", "optimizer_step", "fit", "save", "fingerprint", "read_config", "load"]
 
 
 @torch.no_grad()
@@ -39,8 +41,9 @@ def cache_states(target, windows: Tensor, layers: Sequence[int] = (), batch: int
     out, best = [], []
     for i in range(0, len(windows), batch):
         logits, hidden = lm.forward(target, windows[i: i + batch], hidden=True)
-        out.append(torch.stack([hidden[j] for j in layers] + [hidden[-1]], 2).to(torch.bfloat16))  # [b, T, S, H]
-        best.append(logits.argmax(-1))  # [b, T]
+        states = torch.stack([hidden[j] for j in layers] + [hidden[-1]], 2)  # [b, T, S, H]
+        out.append(states.to(torch.bfloat16).cpu())  # in host memory: a real target's states outgrow a GPU's
+        best.append(logits.argmax(-1).cpu())  # [b, T]
     return torch.cat(out), torch.cat(best)
 
 
@@ -77,7 +80,8 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor, lr: float, clip: fl
 
 def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Tensor, list[float]]],
         n_examples: int, steps: int, batch: int, lr: float, clip: float | None = None, seed: int = 0,
-        log_every: int = 25, progress: bool = True, precision: str = "auto", desc: str = "training") -> list[tuple]:
+        log_every: int = 25, progress: bool = True, precision: str = "auto", desc: str = "training",
+        checkpoint: Path | str | None = None, deadline: float | None = None, save_every: float = 60.0) -> list[tuple]:
     """Train module's trainable parameters for `steps` steps; returns the log [(step, *parts), ...].
 
     Each step draws `batch` random example indices idx [batch] out of n_examples (from a generator seeded
@@ -86,23 +90,57 @@ def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Te
     learning rate `lr_at(step, steps, lr)`, the gradient norm clipped to `clip` (None: not clipped). The log
     holds step 1 and every `log_every`-th. precision: "auto" runs the products in bf16 only where the
     hardware does bf16 natively (`precision.autocast`), "fp32" gives the same numbers on every machine.
+
+    checkpoint: a file that holds the run so far (weights, optimizer, generator, log, step), written every
+    `save_every` seconds and when the run stops; a run that finds it resumes from it (`steps` included) and
+    deletes it when done. deadline: a time.monotonic() after which the run stops early, saving the checkpoint.
     """
     from tqdm.auto import tqdm
 
     g = torch.Generator().manual_seed(seed)
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    log = []
+    log, first = [], 0
+    if checkpoint is not None and Path(checkpoint).exists():
+        state = torch.load(checkpoint, weights_only=False)
+        module.load_state_dict(state["module"])
+        opt.load_state_dict(state["optimizer"])
+        g.set_state(state["generator"])
+        log, first, steps = state["log"], state["step"], state["steps"]
+
+    def save() -> None:  # the run after `done` steps: what a rerun needs to go on exactly as if never stopped
+        torch.save({"module": module.state_dict(), "optimizer": opt.state_dict(), "generator": g_done,
+                    "log": log, "step": done, "steps": steps}, checkpoint)
+
     module.train()
-    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=2)
-    for step in bar:
-        idx = torch.randint(0, n_examples, (batch,), generator=g)  # [batch] which examples this step reads
-        with autocast(params[0].device, precision):
-            loss, parts = loss_fn(idx, g)
-        optimizer_step(opt, loss, lr_at(step, steps, lr), clip)
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        if (step + 1) % log_every == 0 or step == 0:
-            log.append((step + 1, *[round(v, 4) for v in parts]))
+    bar = tqdm(range(first, steps), desc=desc, disable=not progress, mininterval=2, initial=first, total=steps)
+    saved, done, g_done = time.monotonic(), first, g.get_state()
+    try:
+        for step in bar:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            idx = torch.randint(0, n_examples, (batch,), generator=g)  # [batch] which examples this step reads
+            with autocast(params[0].device, precision):
+                loss, parts = loss_fn(idx, g)
+            optimizer_step(opt, loss, lr_at(step, steps, lr), clip)
+            if (step + 1) % log_every == 0 or step == 0:
+                log.append((step + 1, *[round(v, 4) for v in parts]))
+            done, g_done = step + 1, g.get_state()
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            if checkpoint is not None and time.monotonic() - saved > save_every:
+                save()
+                saved = time.monotonic()
+    except KeyboardInterrupt:  # Ctrl-C: keep what was trained (a step cut short is redone, on the same examples)
+        if checkpoint is not None:
+            save()
+        raise
+    finally:
+        bar.close()
+    if checkpoint is not None:
+        if done < steps:
+            save()  # stopped by the deadline: the next run resumes here
+        elif Path(checkpoint).exists():
+            Path(checkpoint).unlink()  # finished: the checkpoint has served its purpose
     module.eval()
     return log
 
@@ -120,21 +158,55 @@ def save(module: nn.Module, file: Path | str, config: dict) -> None:
     (file.parent / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-def read_config(file: Path | str, target, what: str, stage: str) -> dict:
-    """The config.json beside weights `file`, checked against `target`'s hidden and vocabulary sizes.
+# Config keys that say how a model was loaded or run, not what it is: left out of the architecture's hash.
+RUNTIME_KEYS = {"dtype", "torch_dtype", "transformers_version", "use_cache", "architectures", "name_or_path",
+                "output_hidden_states", "output_attentions", "return_dict", "torchscript", "attn_implementation"}
 
-    what: the module, for the messages ("Medusa heads"); stage: the `train-zoo --stage` that writes it.
+
+def fingerprint(target) -> dict:
+    """What identifies the target a module was trained for, recorded in its config.json: a name, a hash of the
+    architecture (the config without its runtime keys), the hidden and vocabulary sizes, and a probe of 32
+    LM-head weights (the same architecture with other weights: a fine-tune, a random init)."""
+    config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    arch = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k not in RUNTIME_KEYS}
+    digest = hashlib.sha256(json.dumps(arch, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    w = target.get_output_embeddings().weight  # [V, H]
+    rows = torch.linspace(0, w.shape[0] - 1, 8).long().tolist()
+    cols = torch.linspace(0, w.shape[1] - 1, 4).long().tolist()
+    probe = w.detach()[rows][:, cols].float().flatten().tolist()  # [32]
+    name = str(getattr(config, "_name_or_path", "") or config.model_type)
+    name = "/".join(Path(name).parts[-2:]) if Path(name).is_dir() else name  # a local folder: its last two parts
+    return {"target": name, "config_hash": digest, "hidden": config.hidden_size, "vocab": config.vocab_size,
+            "probe": [round(x, 6) for x in probe]}
+
+
+def read_config(file: Path | str, target, what: str, method: str) -> dict:
+    """The config.json beside weights `file`, checked against `target`: the hidden and vocabulary sizes, and,
+    where it records them (`fingerprint`), the architecture's hash and the LM-head probe.
+
+    what: the module, for the messages ("Medusa heads"); method: what `specdec-lab train-heads --method` trains it
+    ("medusa", "eagle1", "eagle3").
     """
     file = Path(file)
+    train = (f"`specdec-lab train-heads --target <your target> --method {method}` (minutes; for the zoo target "
+             f"also `specdec-lab train-zoo --stage {method.rstrip('13')}`)")
     if not file.exists():
-        raise FileNotFoundError(f"no {what} in {file.parent}: run `specdec-lab train-zoo --stage {stage}` "
-                                "(minutes on a CPU)")
+        raise FileNotFoundError(f"no {what} in {file.parent}: train them with {train}")
     meta = json.loads((file.parent / "config.json").read_text())
-    H, V = target.config.hidden_size, target.config.vocab_size
+    mine = fingerprint(target)
+    H, V = mine["hidden"], mine["vocab"]
+    trained_for = f"{what} in {file.parent} were trained for {meta.get('target', 'another target')}"
     if meta["hidden"] != H or meta["vocab"] != V:
         raise ValueError(f"the {what} in {file.parent} were trained for hidden {meta['hidden']} / vocab "
-                         f"{meta['vocab']}, not this target's {H} / {V}: use zoo.load_pair('tiny')'s target, "
-                         f"or train {what} for yours")
+                         f"{meta['vocab']}, not this target's {H} / {V}: use the target they were trained for, "
+                         f"or train {what} for yours with {train}")
+    if "config_hash" in meta and meta["config_hash"] != mine["config_hash"]:
+        raise ValueError(f"the {trained_for}, whose architecture (config hash {meta['config_hash']}) is not this "
+                         f"target's ({mine['target']}, {mine['config_hash']}): train {what} for it with {train}")
+    if "probe" in meta and not torch.allclose(torch.tensor(meta["probe"]), torch.tensor(mine["probe"]),
+                                              rtol=2e-2, atol=1e-4):
+        raise ValueError(f"the {trained_for}, which has this target's architecture but other weights (its LM "
+                         f"head differs): train {what} for this target with {train}")
     return meta
 
 

@@ -1,0 +1,216 @@
+"""`specdec-lab train-heads`: Medusa heads, an EAGLE-1 or an EAGLE-3 draft for ANY causal LM.
+
+The zoo ships heads and drafts for its own target only. This trains them for yours, on this machine:
+
+    specdec-lab train-heads --target HuggingFaceTB/SmolLM2-1.7B --method eagle1 --minutes 5
+    drafter = EagleDrafter.from_pretrained(target, folder, dynamic=True)      # folder: printed at the end
+
+1. Text: the course corpus (the Python standard library's modules, on every machine, split 95/5 by file) or
+   a folder of your own text files (--data), tokenized with the target's tokenizer, cut into windows.
+2. The frozen target reads every window once; its states wait in host memory (in bf16; their number is capped
+   so that they fit in about 2 GB) with its own greedy choices: the labels of self-distillation (`training`).
+3. Only the new module trains (`training.fit`: a progress bar with ETA, a checkpoint every minute that a rerun
+   resumes from, and a step count sized to --minutes from a timed step).
+4. The weights (safetensors) and a config.json that records the target's name, architecture hash, sizes and an
+   LM-head probe (`training.fingerprint`) go to the output folder, by default under the user's cache, never
+   inside the installed package. `from_pretrained` refuses them for any other target, saying what to do.
+
+Medusa is trained as published (Cai et al. 2024, Medusa-1): every head has its own residual block and its own
+LM head, initialised from the target's (--lm-head shared keeps one frozen copy, for vocabularies too large to
+copy four times). EAGLE drafts get one decoder layer shaped like the target's (its attention heads and MLP width),
+as the reference implementation does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specdec_lab import eagle, medusa, training
+from specdec_lab.precision import autocast
+
+__all__ = ["METHODS", "SETTINGS", "default_folder", "text_windows", "train"]
+
+METHODS = ("medusa", "eagle1", "eagle3")
+
+# The zoo's recipes (train_zoo.MEDUSA, train_zoo.EAGLE); `windows` and `steps` are upper bounds that the memory
+# cap and --minutes may lower.
+SETTINGS = {
+    "medusa": dict(windows=1200, seq_len=256, steps=400, batch=8, lr=1e-3, heads=4),
+    "eagle1": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.1, ttt_steps=1),
+    "eagle3": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.0, ttt_steps=3),
+}
+CACHE_BYTES = 2e9  # the most host memory the cached target states may take
+
+
+def default_folder(target_name: str, method: str) -> Path:
+    """Where train-heads writes unless told: <user cache>/specdec-lab/heads/<target>/<method>."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    slug = str(target_name).strip("/").replace("/", "--")
+    return cache / "specdec-lab" / "heads" / slug / method
+
+
+def _split(files: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Files to training and validation by a hash of the name: about 1 in 20 validates (at least one)."""
+    val = [f for f in files if int(hashlib.sha1(f.name.encode()).hexdigest(), 16) % 20 == 0] or files[-1:]
+    train = [f for f in files if f not in val] or val
+    return train, val
+
+
+def text_windows(tok, data: Path | str | None, n: int, seq_len: int, seed: int = 0,
+                 val_windows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training windows [n', T], validation windows [m, T]) of the target's tokens, T = seq_len.
+
+    data: None for the course corpus (the standard library's modules), or a folder whose text files (read
+    recursively; binary files skipped) are the corpus. n' < n when the text is too short for n windows.
+    """
+    from specdec_lab.train_zoo import corpus_files, read_texts, token_stream
+
+    if data is None:
+        train_files, val_files = corpus_files()
+    else:
+        folder = Path(data)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--data {data}: not a folder. Give a folder of text files, or leave --data "
+                                    "out to train on the course corpus")
+        files = sorted(f for f in folder.rglob("*") if f.is_file() and b"\0" not in f.read_bytes()[:1024])
+        if not files:
+            raise FileNotFoundError(f"--data {data}: no text files in it")
+        train_files, val_files = _split(files)
+    streams = [token_stream(read_texts(fs), tok) for fs in (train_files, val_files)]
+    if len(streams[0]) <= seq_len or len(streams[1]) < seq_len:
+        raise ValueError(f"the text is too short: {len(streams[0])} training and {len(streams[1])} validation "
+                         f"tokens, and a window is {seq_len}. Add text to --data")
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(streams[0]) - seq_len, (n,), generator=g).tolist()
+    train = torch.stack([streams[0][s: s + seq_len] for s in starts])  # [n, T]
+    k = min(val_windows, len(streams[1]) // seq_len)
+    val = streams[1][: k * seq_len].view(k, seq_len)  # [k, T] non-overlapping
+    return train, val
+
+
+def _module(target, method: str, lm_head: str):
+    """A fresh Medusa head set or EAGLE net for `target`, in fp32 on its device (trained in fp32 weights)."""
+    config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    if method == "medusa":
+        module = medusa.MedusaHeads.for_target(target, SETTINGS["medusa"]["heads"], shared_lm_head=lm_head == "shared")
+    else:
+        mlp = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # GPT-2: n_inner None = 4H
+        module = eagle.EagleNet(target, int(method[-1]), config.num_attention_heads, mlp)
+    return module.to(device=target.device, dtype=torch.float32)
+
+
+def _loss_and_accuracy(module, method: str, states, x, best):
+    """(loss_fn(idx, generator) for training.fit, accuracy(states, x, best) -> list by offset)."""
+    device = next(module.parameters()).device
+    if method == "medusa":
+        hidden, labels = states[:, :, -1], medusa.self_labels(x, best)  # [N, T, H], [N, T]
+
+        def loss(idx, _):
+            return medusa.head_loss(module(hidden[idx].to(device).float()), labels[idx].to(device))
+
+        def accuracy(v_states, v_x, v_best):
+            return medusa.head_accuracy(module, v_states[:, :, -1], medusa.self_labels(v_x, v_best))[1]
+        return loss, accuracy
+    s = SETTINGS[method]
+
+    def loss(idx, g):
+        total, parts = eagle.eagle_loss(module, states[idx].to(device), x[idx].to(device), best[idx].to(device),
+                                        s["ttt_steps"], s["noise"], g)
+        return total, [total.item(), *parts]
+
+    def accuracy(v_states, v_x, v_best):
+        return eagle.eagle_accuracy(module, v_states, v_x, v_best)
+    return loss, accuracy
+
+
+def train(target, tok, method: str, out: Path | str, minutes: float | None = None, data: Path | str | None = None,
+          steps: int | None = None, windows: int | None = None, seq_len: int | None = None, lm_head: str = "own",
+          progress: bool = True, seed: int = 0) -> dict:
+    """Train `method` ("medusa", "eagle1", "eagle3") for the frozen `target`, save it to `out`; its card (dict).
+
+    minutes: the whole run's budget (caching included): the step count is sized from a timed step, and training
+    stops at the deadline in any case (its checkpoint kept, so a rerun goes on). steps, windows, seq_len:
+    override SETTINGS (tests use a few). lm_head: Medusa's, "own" (published) or "shared" (the target's, frozen).
+    """
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: use one of {', '.join(METHODS)}")
+    if lm_head not in ("own", "shared"):
+        raise ValueError(f"lm_head {lm_head!r}: use 'own' (each head its own copy, as published) or 'shared'")
+    t0 = time.monotonic()
+    deadline = None if minutes is None else t0 + 60 * minutes
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = dict(SETTINGS[method])
+    cfg.update({k: v for k, v in dict(steps=steps, windows=windows, seq_len=seq_len).items() if v is not None})
+    torch.manual_seed(seed)  # the new module's initial weights: the same run gives the same heads
+    module = _module(target, method, lm_head)
+    layers = getattr(module, "layers", ())  # EAGLE-3's fused layers; () for the last state only
+    H = target.config.get_text_config().hidden_size
+    cap = int(CACHE_BYTES // (cfg["seq_len"] * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
+    cfg["windows"] = max(1, min(cfg["windows"], cap))
+    x, val = text_windows(tok, data, cfg["windows"], cfg["seq_len"], seed)
+    states, best = training.cache_states(target, x.to(target.device), layers)  # [N, T, S, H] bf16, [N, T]
+    v_states, v_best = training.cache_states(target, val.to(target.device), layers)
+    cached = time.monotonic() - t0
+    if progress:
+        print(f"{method}: cached the target's states over {x.numel():,} tokens in {cached:.0f} s")
+    loss, accuracy = _loss_and_accuracy(module, method, states, x, best)
+    checkpoint = out / "checkpoint.pt"
+    if deadline is not None and not checkpoint.exists():  # size the run to the budget from one timed step
+        g = torch.Generator().manual_seed(seed)
+        t1 = time.monotonic()
+        with autocast(target.device):
+            loss(torch.randint(0, len(x), (cfg["batch"],), generator=g), g)[0].backward()
+        module.zero_grad(set_to_none=True)
+        per_step = time.monotonic() - t1
+        cfg["steps"] = max(1, min(cfg["steps"], int(0.9 * (deadline - time.monotonic()) / per_step)))
+        if progress:
+            print(f"{method}: {per_step:.2f} s per step, {cfg['steps']} steps fit in the budget of {minutes:g} min")
+    log = training.fit(module, loss, len(x), cfg["steps"], cfg["batch"], cfg["lr"], clip=None if method == "medusa"
+                       else 1.0, seed=seed, progress=progress, desc=method, checkpoint=checkpoint, deadline=deadline)
+    finished = not checkpoint.exists()
+    card = {**training.fingerprint(target), "method": method, "config": cfg, "labels": "self-distilled",
+            "log": log, "finished": finished, "seconds": round(time.monotonic() - t0, 1),
+            "val_accuracy_vs_target": [round(a, 4) for a in accuracy(v_states, val, v_best)],
+            "data": "the course corpus (Python standard library)" if data is None else str(data)}
+    if method == "medusa":
+        card["lm_head"] = "each head its own, initialised from the target's" if lm_head == "own" else \
+            "the target's, shared and frozen"
+    module.to(target.dtype).save(out, meta=card)
+    if progress:
+        state = "done" if finished else "stopped at the time budget (rerun the same command to go on)"
+        print(f"{method}: {state}; validation top-1 agreement with the target by offset "
+              f"{card['val_accuracy_vs_target']}; saved to {out}")
+    return card
+
+
+def main(args) -> int:
+    """`specdec-lab train-heads` (flags checked by __main__)."""
+    from specdec_lab import zoo
+
+    name = str(zoo.EMBEDDED["tiny"] / "target") if args.target == "tiny" else args.target
+    device = zoo.check_device(args.device or zoo.default_device())
+    dtype = zoo.gpu_dtype(device) if device.startswith("cuda") else torch.float32
+    try:
+        target, tok = zoo._load_one(name, device, dtype)
+    except (RuntimeError, OSError, ValueError) as e:  # offline with a Hub id, a folder with no model in it
+        print(f"specdec-lab train-heads: error: --target {args.target}: {e}", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = args.out or default_folder(args.target, args.method)
+    try:
+        train(target, tok, args.method, out, args.minutes, args.data, args.steps, args.windows, lm_head=args.lm_head)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
+        return 130
+    kind = "MedusaDrafter" if args.method == "medusa" else "EagleDrafter"
+    print(f"load it with: {kind}.from_pretrained(target, {json.dumps(str(out))})")
+    return 0

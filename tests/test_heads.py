@@ -1,0 +1,203 @@
+"""`specdec-lab train-heads` (issue 19): Medusa heads, EAGLE-1 and EAGLE-3 drafts for a target that is not the zoo's.
+
+A randomly initialised small Qwen2, saved to a folder as a learner's own model would be, stands for "any target".
+Each method is trained for a few steps through the command line, saved, loaded back with `from_pretrained` and
+used: greedy output identical to the target's own. The heads are refused for another target (other sizes, another
+architecture, the same architecture with other weights), with a message that says how to train them. The time
+budget stops a run and keeps its checkpoint; a rerun resumes it exactly. (The six architectures of the matrix run
+the same heads in test_architectures.py.)
+"""
+import json
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config
+
+from specdec_lab import EagleDrafter, MedusaDrafter, generate, heads, training, zoo
+from specdec_lab.__main__ import main
+
+VOCAB = 4096  # the zoo's tokenizer: a byte-level BPE, which AutoTokenizer loads back from the target's folder
+SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2)
+TEXTS = ["textwrap.py", "string.py", "bisect.py", "heapq.py", "shlex.py", "fnmatch.py", "glob.py", "colorsys.py"]
+
+
+def _save_target(folder, seed=0, **changes):
+    from transformers import AutoTokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(Qwen2Config(**{**SMALL, **changes})).eval()
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(zoo.EMBEDDED["tiny"] / "target").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """(folder of the target, folder of text files: 8 modules of the standard library)."""
+    root = tmp_path_factory.mktemp("heads")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    (root / "text").mkdir()
+    for name in TEXTS:
+        shutil.copy(stdlib / name, root / "text" / name)
+    return _save_target(root / "qwen2"), root / "text"
+
+
+@pytest.fixture(scope="module")
+def trained(setup, tmp_path_factory):
+    """{method: output folder} after `specdec-lab train-heads` with each method on the random Qwen2."""
+    target, text = setup
+    out = {}
+    for method in heads.METHODS:
+        out[method] = tmp_path_factory.mktemp(method)
+        argv = ["train-heads", "--target", str(target), "--method", method, "--steps", "4", "--windows", "8",
+                "--data", str(text), "--out", str(out[method]), "--threads", "1"]
+        assert main(argv) == 0
+    return out
+
+
+def _load(folder):
+    target, _ = zoo._load_one(str(folder), "cpu", torch.float32)
+    return target
+
+
+@pytest.mark.parametrize("method", heads.METHODS)
+def test_trained_heads_are_saved_with_what_identifies_their_target(setup, trained, method):
+    target = _load(setup[0])
+    files = sorted(p.name for p in trained[method].iterdir())
+    weights = "heads.safetensors" if method == "medusa" else "eagle.safetensors"
+    assert files == ["config.json", weights], f"{method}: {files} (a finished run leaves no checkpoint)"
+    card = json.loads((trained[method] / "config.json").read_text())
+    assert card["finished"] and card["method"] == method and card["config"]["steps"] == 4
+    mine = training.fingerprint(target)
+    assert {k: card[k] for k in mine} == mine, "the card must record the target's name, hash, sizes and probe"
+    assert card["target"].endswith("qwen2")
+    assert len(card["val_accuracy_vs_target"]) == (4 if method == "medusa" else 3)
+    if method == "medusa":
+        assert card["own_lm_heads"], "Medusa as published: each head its own LM head"
+
+
+@pytest.mark.parametrize("drafter", ["medusa", "eagle1", "eagle2", "eagle3"])
+def test_loaded_back_they_keep_greedy_identity(setup, trained, drafter):
+    target = _load(setup[0])
+    if drafter == "medusa":
+        make = lambda: MedusaDrafter.from_pretrained(target, trained["medusa"])  # noqa: E731
+    else:
+        folder = trained["eagle3" if drafter == "eagle3" else "eagle1"]
+        make = lambda: EagleDrafter.from_pretrained(target, folder, dynamic=drafter == "eagle2")  # noqa: E731
+    g = torch.Generator().manual_seed(3)
+    for i in range(3):
+        ids = torch.randint(0, VOCAB, (1, 12), generator=g)
+        want = generate(target, ids, None, max_new_tokens=30).tokens
+        assert generate(target, ids, make(), max_new_tokens=30).tokens == want, f"{drafter}, prompt {i}"
+
+
+@pytest.mark.parametrize("method", heads.METHODS)
+def test_refused_for_another_target(setup, trained, tmp_path, method):
+    load = (lambda t: MedusaDrafter.from_pretrained(t, trained[method])) if method == "medusa" else \
+        (lambda t: EagleDrafter.from_pretrained(t, trained[method]))
+    others = {"other weights": _save_target(tmp_path / "reinit", seed=1),
+              "architecture": _save_target(tmp_path / "deeper", num_hidden_layers=3),
+              "hidden": _save_target(tmp_path / "wider", hidden_size=48, num_attention_heads=4)}
+    for words, folder in others.items():
+        with pytest.raises(ValueError, match=words) as error:
+            load(_load(folder))
+        message = str(error.value)
+        assert f"specdec-lab train-heads --target <your target> --method {method}" in message, message
+    load(_load(setup[0]))  # and accepted for its own
+
+
+def test_missing_heads_say_how_to_train_them(setup, tmp_path):
+    target = _load(setup[0])
+    with pytest.raises(FileNotFoundError, match="specdec-lab train-heads --target <your target> --method medusa"):
+        MedusaDrafter.from_pretrained(target, tmp_path)
+    with pytest.raises(FileNotFoundError, match="--method eagle1"):
+        EagleDrafter.from_pretrained(target, tmp_path)
+
+
+def test_the_budget_stops_a_run_and_a_rerun_resumes_it(setup, tmp_path):
+    """--minutes: past the deadline the run stops, keeps its checkpoint and says so in its card; the same call
+    again goes on from the checkpoint and finishes, with the weights of a run never stopped."""
+    target, text = _load(setup[0]), setup[1]
+    tok = zoo._load_one(str(setup[0]), "cpu", torch.float32)[1]
+    kw = dict(data=text, steps=6, windows=8, seq_len=64, progress=False)
+    card = heads.train(target, tok, "eagle1", tmp_path / "cut", minutes=1e-6, **kw)  # the deadline: already passed
+    assert not card["finished"] and (tmp_path / "cut" / "checkpoint.pt").exists()
+    planned = card["config"]["steps"]  # sized to the budget from a timed step: here the least, 1
+    assert torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)["step"] < planned
+    card = heads.train(target, tok, "eagle1", tmp_path / "cut", **kw)
+    assert card["finished"] and not (tmp_path / "cut" / "checkpoint.pt").exists()
+    heads.train(target, tok, "eagle1", tmp_path / "whole", **{**kw, "steps": planned})
+    from safetensors.torch import load_file
+
+    cut, whole = (load_file(tmp_path / f / "eagle.safetensors") for f in ("cut", "whole"))
+    assert all(torch.equal(cut[k], whole[k]) for k in whole), "the resumed run must end where an unbroken one does"
+
+
+def test_ctrl_c_keeps_the_run_and_a_rerun_redoes_the_step_it_cut(tmp_path):
+    """training.fit's checkpoint: interrupted inside step 3, then resumed, it ends with the weights of an
+    uninterrupted run, bit for bit (the generator is saved as it was before the step that was cut)."""
+    def run(checkpoint, interrupt_at=None):
+        torch.manual_seed(0)
+        module = torch.nn.Linear(4, 2)
+        x, calls = torch.randn(32, 4), []
+
+        def loss_fn(idx, g):
+            calls.append(1)
+            if len(calls) == interrupt_at:
+                raise KeyboardInterrupt
+            loss = (module(x[idx]) + 0.01 * torch.randn(2, generator=g)).pow(2).mean()
+            return loss, [loss.item()]
+        training.fit(module, loss_fn, 32, steps=6, batch=4, lr=1e-2, progress=False, precision="fp32",
+                     checkpoint=checkpoint)
+        return module
+
+    whole = run(None)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "ck.pt", interrupt_at=3)
+    assert torch.load(tmp_path / "ck.pt", weights_only=False)["step"] == 2
+    resumed = run(tmp_path / "ck.pt")
+    assert not (tmp_path / "ck.pt").exists()
+    assert torch.equal(resumed.weight, whole.weight) and torch.equal(resumed.bias, whole.bias)
+
+
+def test_default_output_is_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = heads.default_folder("HuggingFaceTB/SmolLM2-1.7B", "eagle1")
+    assert folder == tmp_path / "specdec-lab" / "heads" / "HuggingFaceTB--SmolLM2-1.7B" / "eagle1"
+
+
+def _fail(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--method", "eagle2"], ["--method", "invalid choice: 'eagle2'", "'medusa', 'eagle1', 'eagle3'"]),
+    (["--method", "medusa", "--minutes", "0"], ["--minutes", "'0' is not a positive number of minutes"]),
+    (["--method", "medusa", "--minutes", "five"], ["--minutes", "'five' is not a number"]),
+    (["--method", "medusa", "--data", "/no/such/folder"], ["--data", "is not a folder"]),
+    (["--method", "eagle1", "--lm-head", "shared"], ["--lm-head belongs to --method medusa"]),
+    (["--method", "medusa", "--steps", "0"], ["--steps", "'0'", "1 or more"]),
+    (["--method", "medusa", "--device", "gpu0"], ["--device", "'gpu0' is not a device"]),
+])
+def test_flags_are_checked_before_the_target_loads(argv, words, monkeypatch, capsys):
+    def load(*args, **kwargs):
+        raise AssertionError("the target was loaded before the flags were checked")
+    monkeypatch.setattr(zoo, "_load_one", load)
+    message = _fail(["train-heads", "--target", "tiny", *argv], capsys)
+    for word in words:
+        assert word in message, message
+
+
+def test_a_target_that_cannot_load_gets_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["train-heads", "--target", "someone/not-on-this-machine", "--method", "medusa"]) == 2
+    assert "--target someone/not-on-this-machine: cannot load" in capsys.readouterr().err
+    assert main(["train-heads", "--target", str(tmp_path), "--method", "medusa"]) == 2  # a folder, no model
+    assert f"--target {tmp_path}:" in capsys.readouterr().err
