@@ -236,15 +236,16 @@ TEMPERATURES = (0.0, 0.7)  # greedy, and the sampling temperature of the showdow
 
 
 def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
-                     gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1), zoo_drafters: bool = True
+                     gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1), heads: dict | None = None
                      ) -> dict[str, Method | str]:
     """Every method of the course at one temperature: {name: method, or a string saying why it cannot run}.
 
     The settings are the chapters' defaults for the zoo pair: draft chain γ=3 (03: near the peak of the measured
     speedup, which is flat there; which γ is fastest changes from run to run), tree [2, 2, 1, 1]
     (04), Medusa's 24-node tree (05), EAGLE-1 chain γ=4 and EAGLE-2's dynamic tree for EAGLE-2 and -3 (06),
-    prompt lookup (10 tokens, n-grams up to 3) and lookahead W=4, N=4, G=4 (07). zoo_drafters=False (a pair
-    other than the zoo's) leaves out Medusa and EAGLE, whose heads were trained for the zoo target only.
+    prompt lookup (10 tokens, n-grams up to 3) and lookahead W=4, N=4, G=4 (07). heads: {method: folder} of
+    the Medusa heads and EAGLE drafts to use (None: `heads.find(target)`, the zoo's for the zoo target, else what
+    `specdec-lab train-heads` trained for it); a method without any is left out, saying how to train it.
     """
     from specdec_lab import measure
     from specdec_lab.decoding import generate
@@ -268,19 +269,22 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
         f"draft model, chain γ={gamma}": ours(lambda: DraftModelDrafter(draft, gamma)),
         f"draft model, tree {list(branching)}": ours(lambda: DraftModelDrafter(draft, branching=list(branching))),
     }
-    names = ["Medusa, 24-node tree", "EAGLE-1, chain γ=4", "EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree"]
-    if zoo_drafters:
-        from specdec_lab.eagle import EagleDrafter, EagleNet
-        from specdec_lab.medusa import MedusaDrafter, MedusaHeads
+    from specdec_lab import heads as trained
+    from specdec_lab.eagle import EagleDrafter, EagleNet
+    from specdec_lab.medusa import MedusaDrafter, MedusaHeads
 
-        heads, net1, net3 = MedusaHeads.from_zoo(target), EagleNet.from_zoo(target, 1), EagleNet.from_zoo(target, 3)
-        methods[names[0]] = ours(lambda: MedusaDrafter(heads))
-        methods[names[1]] = ours(lambda: EagleDrafter(net1, [1, 1, 1, 1]))
-        methods[names[2]] = ours(lambda: EagleDrafter(net1, dynamic=True))
-        methods[names[3]] = ours(lambda: EagleDrafter(net3, dynamic=True))
+    heads = trained.find(target) if heads is None else heads
+    nets = {m: EagleNet.from_pretrained(target, heads[m]) for m in ("eagle1", "eagle3") if m in heads}
+    if "medusa" in heads:
+        medusa = MedusaHeads.from_pretrained(target, heads["medusa"])
+        methods[f"Medusa, {len(MedusaDrafter(medusa).choices)}-node tree"] = ours(lambda: MedusaDrafter(medusa))
     else:
-        for name in names:
-            methods[name] = "its heads were trained for the zoo target only (train your own: notebooks 05, 06)"
+        methods["Medusa, 24-node tree"] = trained.missing(target, "medusa")
+    for name, method, make in [("EAGLE-1, chain γ=4", "eagle1", lambda net: EagleDrafter(net, [1, 1, 1, 1])),
+                               ("EAGLE-2, dynamic tree", "eagle1", lambda net: EagleDrafter(net, dynamic=True)),
+                               ("EAGLE-3, dynamic tree", "eagle3", lambda net: EagleDrafter(net, dynamic=True))]:
+        net = nets.get(method)
+        methods[name] = ours(lambda make=make, net=net: make(net)) if net else trained.missing(target, method)
     methods["prompt lookup (10, 3)"] = ours(lambda: PromptLookupDrafter(10, 3))
     if T == 0:
         def lookahead(ids):
@@ -321,7 +325,7 @@ def _result(temperature: float, category: str, row: Row, base: Row) -> dict:
 
 
 def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temperatures: Sequence[float] = TEMPERATURES,
-             max_new_tokens: int = 64, zoo_drafters: bool = True, progress: bool = False, **settings) -> list[dict]:
+             max_new_tokens: int = 64, heads: dict | None = None, progress: bool = False, **settings) -> list[dict]:
     """Run `showdown_methods` on the prompt suite at each temperature; one result dict per (temperature,
     method, category), category "all" included, and one per method that cannot run (its "skipped" says why).
 
@@ -340,7 +344,7 @@ def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temper
     for T in temperatures:
         try:
             methods = showdown_methods(target, draft, max_new_tokens, T, tokenizer.eos_token_id,
-                                       zoo_drafters=zoo_drafters, **settings)
+                                       heads=heads, **settings)
             runnable = {name: m for name, m in methods.items() if not isinstance(m, str)}
             label = progress and f"T={T:g}"
             rows = run(target, runnable, ids, 1, label, seed=None if T == 0 else 0)
@@ -463,7 +467,7 @@ def bench_all(args) -> int:
           f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
     try:
         results = showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
-                           zoo_drafters=args.pair == "tiny", progress=True, gamma=args.gamma)
+                           progress=True, gamma=args.gamma)
     except Interrupted as stop:
         return _save_partial(stop.partial, meta, args)
     for T in temperatures:

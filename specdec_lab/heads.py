@@ -35,25 +35,53 @@ import torch
 from specdec_lab import eagle, medusa, training
 from specdec_lab.precision import autocast
 
-__all__ = ["METHODS", "SETTINGS", "default_folder", "text_windows", "train"]
+__all__ = ["METHODS", "SETTINGS", "default_folder", "find", "missing", "trained_for", "text_windows", "train"]
 
 METHODS = ("medusa", "eagle1", "eagle3")
 
 # The zoo's recipes (train_zoo.MEDUSA, train_zoo.EAGLE); `windows` and `steps` are upper bounds that the memory
 # cap and --minutes may lower.
 SETTINGS = {
-    "medusa": dict(windows=1200, seq_len=256, steps=400, batch=8, lr=1e-3, heads=4),
+    "medusa": dict(windows=1200, seq_len=256, steps=1200, batch=8, lr=1e-3, heads=4),
     "eagle1": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.1, ttt_steps=1),
     "eagle3": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.0, ttt_steps=3),
 }
 CACHE_BYTES = 2e9  # the most host memory the cached target states may take
+TOPK = range(1, 11)  # Medusa's validation accuracies: top-1 to top-10, from which its tree is tuned
 
 
 def default_folder(target_name: str, method: str) -> Path:
-    """Where train-heads writes unless told: <user cache>/specdec-lab/heads/<target>/<method>."""
+    """Where train-heads writes unless told: <user cache>/specdec-lab/heads/<target>/<method>, <target> the Hub
+    id or the absolute path of the target's folder, with "--" for "/"."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    slug = str(target_name).strip("/").replace("/", "--")
-    return cache / "specdec-lab" / "heads" / slug / method
+    name = str(Path(target_name).resolve()) if Path(target_name).is_dir() else str(target_name)
+    return cache / "specdec-lab" / "heads" / name.strip("/").replace("/", "--") / method
+
+
+WEIGHTS = {"medusa": "heads.safetensors", "eagle1": "eagle.safetensors", "eagle3": "eagle.safetensors"}
+
+
+def missing(target, method: str) -> str:
+    """Why a showdown leaves `method` out for `target`, and the command that would put it in."""
+    return (f"no {method} heads for this target: `specdec-lab train-heads --target {target.config.name_or_path} "
+            f"--method {method}` trains them (notebooks 05, 06)")
+
+
+def find(target) -> dict[str, Path]:
+    """{method: folder} of the heads and drafts there are for `target`: the zoo's, shipped in the package (for
+    the zoo target), or those `specdec-lab train-heads` wrote to its default folder. Each is checked against
+    the target (`training.read_config`); a method with none is left out."""
+    shipped = {"medusa": medusa.MEDUSA_DIR, "eagle1": eagle.EAGLE_DIR / "eagle1", "eagle3": eagle.EAGLE_DIR / "eagle3"}
+    found = {}
+    for method in METHODS:
+        for folder in (shipped[method], default_folder(target.config.name_or_path, method)):
+            try:
+                training.read_config(folder / WEIGHTS[method], target, method, method)
+            except (FileNotFoundError, ValueError):
+                continue
+            found[method] = folder
+            break
+    return found
 
 
 def _split(files: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -61,6 +89,17 @@ def _split(files: list[Path]) -> tuple[list[Path], list[Path]]:
     val = [f for f in files if int(hashlib.sha1(f.name.encode()).hexdigest(), 16) % 20 == 0] or files[-1:]
     train = [f for f in files if f not in val] or val
     return train, val
+
+
+def trained_for(target, tok, method: str, minutes: float = 5.0, **kwargs) -> Path:
+    """The folder of `method`'s heads for `target`: found (`find`), else trained now into the default folder
+    within `minutes` (`train`; kwargs go to it), so that a notebook runs on any pair with one changed line."""
+    folder = find(target).get(method)
+    if folder is None:
+        folder = default_folder(target.config.name_or_path, method)
+        print(f"no {method} heads for this target yet: training them ({minutes:g} min budget) into {folder}")
+        train(target, tok, method, folder, minutes=minutes, **kwargs)
+    return folder
 
 
 def text_windows(tok, data: Path | str | None, n: int, seq_len: int, seed: int = 0,
@@ -116,7 +155,7 @@ def _loss_and_accuracy(module, method: str, states, x, best):
             return medusa.head_loss(module(hidden[idx].to(device).float()), labels[idx].to(device))
 
         def accuracy(v_states, v_x, v_best):
-            return medusa.head_accuracy(module, v_states[:, :, -1], medusa.self_labels(v_x, v_best))[1]
+            return medusa.head_accuracy(module, v_states[:, :, -1], medusa.self_labels(v_x, v_best), ks=TOPK)
         return loss, accuracy
     s = SETTINGS[method]
 
@@ -126,7 +165,7 @@ def _loss_and_accuracy(module, method: str, states, x, best):
         return total, [total.item(), *parts]
 
     def accuracy(v_states, v_x, v_best):
-        return eagle.eagle_accuracy(module, v_states, v_x, v_best)
+        return {1: eagle.eagle_accuracy(module, v_states, v_x, v_best)}
     return loss, accuracy
 
 
@@ -176,13 +215,18 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     log = training.fit(module, loss, len(x), cfg["steps"], cfg["batch"], cfg["lr"], clip=None if method == "medusa"
                        else 1.0, seed=seed, progress=progress, desc=method, checkpoint=checkpoint, deadline=deadline)
     finished = not checkpoint.exists()
+    acc = accuracy(v_states, val, v_best)  # {k: [top-k agreement with the target, by offset]}
     card = {**training.fingerprint(target), "method": method, "config": cfg, "labels": "self-distilled",
             "log": log, "finished": finished, "seconds": round(time.monotonic() - t0, 1),
-            "val_accuracy_vs_target": [round(a, 4) for a in accuracy(v_states, val, v_best)],
+            "threads": torch.get_num_threads(),
+            "val_accuracy_vs_target": [round(a, 4) for a in acc[1]],
             "data": "the course corpus (Python standard library)" if data is None else str(data)}
     if method == "medusa":
         card["lm_head"] = "each head its own, initialised from the target's" if lm_head == "own" else \
             "the target's, shared and frozen"
+        card["val_topk_vs_target"] = {k: [round(a, 4) for a in acc[k]] for k in acc}
+        card["choices"], expected = medusa.tune_choices(acc)  # the tree MedusaDrafter.from_pretrained uses
+        card["expected_accepted"] = round(expected, 3)
     module.to(target.dtype).save(out, meta=card)
     if progress:
         state = "done" if finished else "stopped at the time budget (rerun the same command to go on)"
@@ -205,7 +249,7 @@ def main(args) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = args.out or default_folder(args.target, args.method)
+    out = args.out or default_folder(target.config.name_or_path, args.method)
     try:
         train(target, tok, args.method, out, args.minutes, args.data, args.steps, args.windows, lm_head=args.lm_head)
     except KeyboardInterrupt:

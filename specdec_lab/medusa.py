@@ -4,17 +4,18 @@ Derived in notebooks/05_medusa.ipynb.
 
 The target's LM head reads the last hidden state h_t and predicts token t+1. Medusa head k (k = 0, 1, ...)
 reads the same h_t and predicts token t+k+2: a residual block h + SiLU(W h + b) (W zero-initialised, so a
-fresh head starts as a copy of the target's own next-token prediction), then an LM head. Here every head
-reuses the target's LM head, frozen. The reference implementation gives each head a trainable copy; on the
-zoo target a copy is 4096 x 256 = 1.05M parameters (4.2 MB in fp32) per head, four times the rest of the
-head, and the budget for the shipped weights is 40 MB: the residual block alone has to move h_t to where the
-shared head reads off token t+k+2. (A trainable copy is `MedusaHeads(..., shared_lm_head=False)`.)
+fresh head starts as a copy of the target's own next-token prediction), then an LM head. As published (Cai et
+al. 2024), each head has its own trainable LM head, initialised from the target's: on the zoo target a copy is
+4096 x 256 = 1.05M parameters per head, 16 times its residual block, and the four of them are most of the 8.9 MB
+of shipped heads. `MedusaHeads(..., shared_lm_head=True)` (train-heads --lm-head shared) shares the target's
+LM head, frozen, instead: the residual block alone then has to move h_t to where that head reads off t+k+2.
 
 The heads never see each other's guesses: head 2 guesses token t+4 without knowing what heads 0 and 1
 guessed for t+2 and t+3. So we take each head's top-k and verify a tree of combinations ("choices"):
 the path (i0, i1, ...) is head 0's i0-th best token, then head 1's i1-th best under it, and so on.
 
-    heads = MedusaHeads.from_zoo(target)            # trained by `specdec-lab train-zoo`
+    heads = MedusaHeads.from_zoo(target)            # trained by `specdec-lab train-zoo`; for your own target:
+    heads = MedusaHeads.from_pretrained(target, folder)   # trained by `specdec-lab train-heads --method medusa`
     gen = generate(target, ids, MedusaDrafter(heads), max_new_tokens=64)
 """
 
@@ -33,12 +34,13 @@ from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
 
 __all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES", "head_loss", "train_heads",
-           "head_accuracy", "cache_hidden", "self_labels"]
+           "head_accuracy", "tune_choices", "cache_hidden", "self_labels"]
 
 MEDUSA_DIR = Path(__file__).parent / "data" / "zoo" / "tiny" / "medusa"
 
-# A 24-node tree of depth 4 for four heads: wide where the heads are sure to be right least often (the
-# first levels) and narrow deep down. Chosen from the shipped heads' top-k accuracy by offset (notebook 05).
+# A hand-made 24-node tree of depth 4 for four heads: wide at the first levels, where the heads are right least
+# often, narrow deep down. Heads saved by train-heads or train-zoo carry a tree tuned to their own measured
+# accuracies (`tune_choices`), which MedusaDrafter uses instead; this one is for heads without one.
 DEFAULT_CHOICES = [(0,), (1,), (2,), (3,),
                    (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0),
                    (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 2, 0), (2, 0, 0),
@@ -62,8 +64,8 @@ class MedusaHead(nn.Module):
 class MedusaHeads(nn.Module):
     """K heads over the target's last hidden state; forward(h [.., H]) -> logits [K, .., V] for tokens t+2..t+K+1.
 
-    lm_head: the target's output layer (nn.Linear H -> V). shared_lm_head=True keeps it frozen and shared
-    (what the zoo ships); False gives each head its own trainable copy (the reference design).
+    lm_head: the target's output layer (nn.Linear H -> V). shared_lm_head=True keeps it frozen and shared;
+    False gives each head its own trainable copy (the reference design, and what the zoo ships).
     """
 
     def __init__(self, hidden: int, num_heads: int, lm_head: nn.Module, shared_lm_head: bool = True):
@@ -105,7 +107,9 @@ class MedusaHeads(nn.Module):
         file = Path(folder) / "heads.safetensors"
         meta = training.read_config(file, target, "Medusa heads", "medusa")
         heads = cls.for_target(target, meta["num_heads"], shared_lm_head=not meta.get("own_lm_heads", False))
-        return training.load(heads, file, target)
+        heads = training.load(heads, file, target)
+        heads.choices = [tuple(c) for c in meta.get("choices", DEFAULT_CHOICES)]  # the tree tuned for them
+        return heads
 
     @classmethod
     def from_zoo(cls, target, path: Path | str = MEDUSA_DIR) -> MedusaHeads:
@@ -204,6 +208,30 @@ def head_accuracy(heads: MedusaHeads, hidden: Tensor, labels: Tensor, ks: Sequen
     return {k: [hits[k][h] / counts[h] for h in range(heads.num_heads)] for k in ks}
 
 
+def tune_choices(topk: dict[int, Sequence[float]], nodes: int = 24) -> tuple[list[tuple[int, ...]], float]:
+    """The tree of `nodes` choices with the most expected accepted tokens, from measured top-k accuracies.
+
+    topk: {k: [top-k accuracy of head 0, head 1, ...]} for k = 1, 2, ..., kmax (`head_accuracy` with
+    ks=range(1, kmax + 1)). Head h's rank-r token is right with probability p[h][r] = top-(r+1) - top-r; taking
+    the heads as independent (Cai et al. 2024 do the same), the path (r0, r1, ...) is accepted whole with
+    probability p[0][r0] * p[1][r1] * ..., and the tree's expected accepted tokens are the sum of its paths'.
+    A path is never likelier than its prefix, so the `nodes` likeliest paths form a tree: that one is the best.
+    Returns (choices sorted by (len, path), expected accepted tokens per step, the bonus token not counted).
+    """
+    ks = sorted(topk)
+    if ks != list(range(1, len(ks) + 1)):
+        raise ValueError(f"topk must hold k = 1, 2, ..., kmax; got {ks}")
+    heads = len(topk[1])
+    p = [[topk[k][h] - (topk[k - 1][h] if k > 1 else 0.0) for k in ks] for h in range(heads)]  # [K][kmax]
+    paths, frontier = {}, [((), 1.0)]
+    for depth in range(heads):  # every path up to the heads' depth, pruned to the likeliest `nodes` per level
+        frontier = sorted(((c + (r,), q * p[depth][r]) for c, q in frontier for r in range(len(ks))),
+                          key=lambda cq: -cq[1])[:nodes]
+        paths.update(frontier)
+    best = sorted(paths.items(), key=lambda cq: (-cq[1], len(cq[0]), cq[0]))[:nodes]
+    return sorted((c for c, _ in best), key=lambda c: (len(c), c)), sum(q for _, q in best)
+
+
 # ---- drafting --------------------------------------------------------------------------------------
 
 
@@ -213,17 +241,20 @@ class MedusaDrafter(Drafter):
     needs_hidden: generate() hands `commit` the target's hidden states of the tokens it just committed; the
     heads read the last one (the state whose LM-head output was this step's bonus or corrected token, which
     is the next pending token). The first call has no hidden state yet and drafts nothing (the prefill).
-    choices: the tree (see module docstring); its depth must not exceed the number of heads.
+    choices: the tree (see module docstring); its depth must not exceed the number of heads. None: the tree
+    saved with the heads (`tune_choices` on their measured accuracies, by train-heads), else DEFAULT_CHOICES.
     typical: None for exact verification; (threshold, alpha) for Medusa's typical acceptance, a LOSSY
     opt-in that accepts any candidate the target finds plausible enough (sampling only; see tree.verify_tree).
     """
 
     needs_hidden = True
 
-    def __init__(self, heads: MedusaHeads, choices: Sequence[Sequence[int]] = DEFAULT_CHOICES,
+    def __init__(self, heads: MedusaHeads, choices: Sequence[Sequence[int]] | None = None,
                  typical: tuple[float, float] | None = None):
         checks.instance(heads, MedusaHeads, "heads", "MedusaDrafter.from_zoo(target), or "
                         "MedusaDrafter(MedusaHeads.from_zoo(target))")
+        if choices is None:  # the heads' own tuned tree, if they were saved with one
+            choices = getattr(heads, "choices", None) or DEFAULT_CHOICES
         self.heads, self.choices = heads, checks.choices(choices)
         self.parents = choices_parents(self.choices)
         depth = max(len(c) for c in self.choices)

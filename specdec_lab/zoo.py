@@ -185,3 +185,14 @@ def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None 
         tok = draft_tok = tok if tok is not None else draft_tok
     check_pair(target, draft, tok, draft_tok)
     return target, draft, tok
+
+
+def claim(holds: bool, text: str, strict: bool = True) -> None:
+    """A measured fact that a chapter's prose states, checked where it is measured. strict (the zoo pair, whose
+    measurements the prose was written from): it must hold, or the notebook stops. Otherwise (your own pair) a
+    fact that does not hold is printed as a note, since the prose describes the zoo and your pair may differ."""
+    if holds:
+        return
+    if strict:
+        raise AssertionError(f"the text below assumes: {text}")
+    print(f"note: on this pair, not so: {text} (the text describes the zoo pair)")

@@ -48,12 +48,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # The longest test files, in seconds with both cores busy (`pytest tests -m "not browser" --durations=0`, rounded;
 # the browser test alone, `pytest -m browser`), and the newest ones (estimates: chapter 01's grader tests, about
 # 4 s, moved out of test_notebooks.py into test_grading_01.py; test_grading_00.py, under a second). Files not
-# listed take a few seconds or less; test_architectures.py: 7 to 11 s measured alone on one thread (11 to 18 s wall).
+# listed take a few seconds or less; test_architectures.py (with its trained heads) and test_heads.py: estimates.
 # Only the order they give matters.
 TEST_SECONDS = {"test_decoding.py": 100, "test_tree.py": 80, "test_sampling.py": 57, "test_eagle.py": 56,
                 "test_browser.py": 50, "test_notebooks.py": 48, "test_medusa.py": 30, "test_lookahead.py": 20,
-                "test_bench.py": 16, "test_ngram.py": 12, "test_architectures.py": 11, "test_grading_01.py": 4,
-                "test_grading_00.py": 1, "test_identity.py": 15}
+                "test_bench.py": 16, "test_ngram.py": 12, "test_architectures.py": 25, "test_grading_01.py": 4,
+                "test_grading_00.py": 1, "test_identity.py": 15, "test_heads.py": 15}
 
 
 def _recorded_seconds(path: Path) -> float:

@@ -75,13 +75,22 @@ def test_format_and_save(results, tmp_path):
     assert len(lines) == len(results) and lines[0]["method"] == "target only"
 
 
-def test_other_pairs_leave_out_the_zoo_heads(pair):
+def test_methods_without_heads_say_how_to_train_them(pair):
     target, draft, _ = pair
-    methods = bench.showdown_methods(target, draft, 8, zoo_drafters=False)
-    notes = {name: m for name, m in methods.items() if isinstance(m, str)}
+    methods = bench.showdown_methods(target, draft, 8, heads={})
+    notes = {name: m for name, m in methods.items() if isinstance(m, str) and "greedy only" not in m}
     assert sorted(notes) == ["EAGLE-1, chain γ=4", "EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree",
                              "Medusa, 24-node tree"]
-    assert all("zoo target" in why for why in notes.values())
+    assert all("specdec-lab train-heads --target" in why for why in notes.values()), notes
+
+
+def test_the_zoo_target_finds_its_shipped_heads_and_no_other_does(pair, tmp_path, monkeypatch):
+    from specdec_lab import heads
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no heads trained by the user
+    target, draft, _ = pair
+    assert sorted(heads.find(target)) == ["eagle1", "eagle3", "medusa"]
+    assert heads.find(draft) == {}, "the shipped heads were trained for the zoo target, not its draft"
 
 
 def test_command_line(tmp_path, capsys):

@@ -201,3 +201,30 @@ def test_a_target_that_cannot_load_gets_one_line(tmp_path, monkeypatch, capsys):
     assert "--target someone/not-on-this-machine: cannot load" in capsys.readouterr().err
     assert main(["train-heads", "--target", str(tmp_path), "--method", "medusa"]) == 2  # a folder, no model
     assert f"--target {tmp_path}:" in capsys.readouterr().err
+
+
+def test_tuned_tree_is_the_best_tree_of_its_size():
+    """tune_choices against every tree of 4 nodes (prefix-closed sets of paths) over 2 heads and 3 ranks."""
+    from itertools import combinations
+
+    from specdec_lab.medusa import tune_choices
+
+    topk = {1: [0.6, 0.3], 2: [0.75, 0.45], 3: [0.8, 0.5]}
+    p = [[0.6, 0.15, 0.05], [0.3, 0.15, 0.05]]  # rank probabilities: differences of the top-k accuracies
+    paths = [(r,) for r in range(3)] + [(r, s) for r in range(3) for s in range(3)]
+
+    def value(tree):
+        return sum(p[0][c[0]] * (p[1][c[1]] if len(c) > 1 else 1.0) for c in tree)
+    trees = [t for t in combinations(paths, 4) if all(len(c) == 1 or c[:1] in t for c in t)]
+    best = max(value(t) for t in trees)
+    choices, expected = tune_choices(topk, nodes=4)
+    assert len(choices) == 4 and all(len(c) == 1 or c[:1] in choices for c in choices)
+    assert expected == pytest.approx(value(choices)) == pytest.approx(best)
+    assert choices == [(0,), (1,), (0, 0), (0, 1)]
+
+
+def test_medusa_drafter_uses_the_tree_saved_with_its_heads(setup, trained):
+    card = json.loads((trained["medusa"] / "config.json").read_text())
+    drafter = MedusaDrafter.from_pretrained(_load(setup[0]), trained["medusa"])
+    assert drafter.choices == [tuple(c) for c in card["choices"]] and len(card["choices"]) == 24
+    assert card["expected_accepted"] > 0
