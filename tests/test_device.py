@@ -37,6 +37,10 @@ def test_specdec_device_is_honoured(monkeypatch):
     assert zoo.default_device() == "cpu"
     target, draft, tok = zoo.load_pair("tiny")  # no device given: the notebooks' call
     assert target.device.type == draft.device.type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine: the variable still wins
+    assert zoo.default_device() == "cpu", "SPECDEC_DEVICE=cpu must override a visible GPU"
+    monkeypatch.delenv("SPECDEC_DEVICE")
+    assert zoo.default_device() == "cuda"
 
 
 @pytest.mark.parametrize("value, words", [("gpu0", ["SPECDEC_DEVICE='gpu0'", "is not a device", "use cpu"]),
@@ -82,6 +86,9 @@ def test_gpu_costs_configs_are_exact():
     assert sum(p.numel() for p in draft.parameters()) == 1_235_814_400  # Llama-3.2-1B (tied embeddings)
     assert gc.weights_read(draft) == 1_235_814_400 and gc.weights_read(target) == 8_030_261_248 - 128256 * 4096
     assert gc.kv_bytes(gc.LLAMA31_8B, torch.bfloat16) == 32 * 2 * 8 * 128 * 2
+    assert gc.LLAMA31_8B["rope_scaling"] == dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                 high_freq_factor=4.0, original_max_position_embeddings=8192), \
+        "building a model must leave the written-out configs as they are"
 
 
 def test_gpu_costs_tiny_writes_json(tmp_path):

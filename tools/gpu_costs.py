@@ -18,6 +18,7 @@ JSON: a dry run of the script, not a measurement of these models.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -68,7 +69,8 @@ def build(config: dict, device: str, dtype: torch.dtype):
 
     torch.manual_seed(0)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(LlamaConfig(**config), **lm.dtype_kwargs(dtype))
+        # a deep copy: LlamaConfig writes into the rope_scaling dict it is given
+        model = AutoModelForCausalLM.from_config(LlamaConfig(**copy.deepcopy(config)), **lm.dtype_kwargs(dtype))
     return model.eval()
 
 
