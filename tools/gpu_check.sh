@@ -12,7 +12,7 @@ Runs, on DEVICE (default cuda), timing each step:
      draft in bf16, beside the roofline's prediction  -> DIR/costs.json
      (--device cpu: a dry run with the models scaled down, marked as such in the JSON)
 
-DIR defaults to results/gpu-check/DEVICE. Under 10 minutes on one GPU; about 9 on a busy 2-core CPU."
+DIR defaults to results/gpu-check/DEVICE. Under 10 minutes on one GPU; 9 to 13 on a shared 2-core CPU."
 set -euo pipefail
 
 DEVICE=cuda
