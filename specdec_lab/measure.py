@@ -37,9 +37,12 @@ PATTERNS = ("loop", "bench")
 
 @torch.inference_mode()
 def forward_costs(models: dict, ns: Iterable[int] = (1,), context: int = 128, rounds: int = 40,
-                  pattern: str = "loop", seed: int = 0) -> dict[tuple[str, int], float]:
+                  pattern: str = "loop", seed: int = 0, batch: int = 1) -> dict[tuple[str, int], float]:
     """{(name, n): milliseconds} of one cached forward over n new tokens after `context` tokens: the minimum
     over `rounds` interleaved rounds (after one warm-up round).
+
+    batch: requests decoded together, each with its own `context` tokens and n new ones per call (a server's
+    batch: v(n) and c at batch B are the ratios of these times, as in economics.Roofline.step_time(B, n)).
 
     models: {name: model}; the first is the target: it is timed at every n, the others (drafts) at n = 1.
     pattern: "loop" times, for each n in a shuffled order, the target over n tokens then each draft over one
@@ -48,13 +51,16 @@ def forward_costs(models: dict, ns: Iterable[int] = (1,), context: int = 128, ro
     if pattern not in PATTERNS:
         raise ValueError(f"pattern={pattern!r}: use 'loop' (models take turns, as in decoding) or 'bench' "
                          "(each model in a block of its own)")
+    if not (isinstance(batch, int) and batch >= 1):
+        raise ValueError(f"batch={batch!r}: give a whole number of requests, 1 or more")
     ns = sorted(set(ns) | {1})
     names = list(models)
     first = models[names[0]]
     device = next(first.parameters()).device
     gen = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, first.config.vocab_size, (1, context), generator=gen).to(device)  # [1, context]
-    new = torch.randint(0, first.config.vocab_size, (1, max(ns)), generator=gen).to(device)  # [1, n_max]
+    vocab = first.config.vocab_size
+    prefix = torch.randint(0, vocab, (batch, context), generator=gen).to(device)  # [B, context]
+    new = torch.randint(0, vocab, (batch, max(ns)), generator=gen).to(device)  # [B, n_max]
     caches = {name: lm.new_cache(model) for name, model in models.items()}
     for name, model in models.items():
         lm.forward(model, prefix, caches[name])  # the context, read once; every timed call is cropped back to it
@@ -63,7 +69,7 @@ def forward_costs(models: dict, ns: Iterable[int] = (1,), context: int = 128, ro
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        lm.forward(models[name], new[:, :n], caches[name])  # [1, n, V]
+        lm.forward(models[name], new[:, :n], caches[name])  # [B, n, V]
         if device.type == "cuda":
             torch.cuda.synchronize()
         ms = 1e3 * (time.perf_counter() - t0)

@@ -37,6 +37,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def default_device() -> str:
+    """$SPECDEC_DEVICE when set (checked: tools/gpu_check.sh runs the notebooks on a device this way), else cuda
+    when a GPU is visible, else cpu."""
+    forced = os.environ.get("SPECDEC_DEVICE", "").strip()
+    if forced:
+        try:
+            return check_device(forced)
+        except ValueError as e:
+            raise ValueError(f"SPECDEC_DEVICE={forced!r}: {e}") from None
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
