@@ -47,7 +47,6 @@ SETTINGS = {
     "eagle3": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.0, ttt_steps=3),
 }
 CACHE_BYTES = 2e9  # the most host memory the cached target states may take
-TOPK = range(1, 11)  # Medusa's validation accuracies: top-1 to top-10, from which its tree is tuned
 
 
 def default_folder(target_name: str, method: str) -> Path:
@@ -155,7 +154,8 @@ def _loss_and_accuracy(module, method: str, states, x, best):
             return medusa.head_loss(module(hidden[idx].to(device).float()), labels[idx].to(device))
 
         def accuracy(v_states, v_x, v_best):
-            return medusa.head_accuracy(module, v_states[:, :, -1], medusa.self_labels(v_x, v_best), ks=TOPK)
+            return medusa.head_accuracy(module, v_states[:, :, -1], medusa.self_labels(v_x, v_best),
+                                       ks=medusa.TOPK)
         return loss, accuracy
     s = SETTINGS[method]
 
@@ -224,9 +224,7 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     if method == "medusa":
         card["lm_head"] = "each head its own, initialised from the target's" if lm_head == "own" else \
             "the target's, shared and frozen"
-        card["val_topk_vs_target"] = {k: [round(a, 4) for a in acc[k]] for k in acc}
-        card["choices"], expected = medusa.tune_choices(acc)  # the tree MedusaDrafter.from_pretrained uses
-        card["expected_accepted"] = round(expected, 3)
+        card.update(medusa.tree_card(acc))  # the tree MedusaDrafter.from_pretrained uses
     module.to(target.dtype).save(out, meta=card)
     if progress:
         state = "done" if finished else "stopped at the time budget (rerun the same command to go on)"

@@ -34,9 +34,10 @@ from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
 
 __all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES", "head_loss", "train_heads",
-           "head_accuracy", "tune_choices", "cache_hidden", "self_labels"]
+           "head_accuracy", "tune_choices", "tree_card", "cache_hidden", "self_labels"]
 
 MEDUSA_DIR = Path(__file__).parent / "data" / "zoo" / "tiny" / "medusa"
+TOPK = range(1, 11)  # the validation accuracies saved with trained heads: top-1 to top-10, their tree's input
 
 # A hand-made 24-node tree of depth 4 for four heads: wide at the first levels, where the heads are right least
 # often, narrow deep down. Heads saved by train-heads or train-zoo carry a tree tuned to their own measured
@@ -73,6 +74,7 @@ class MedusaHeads(nn.Module):
         if num_heads < 1:
             raise ValueError(f"num_heads must be >= 1, got {num_heads}")
         self.heads = nn.ModuleList(MedusaHead(hidden) for _ in range(num_heads))  # distinct modules, not [m] * K
+        self.choices = None  # the tree tuned for these heads, once loaded with one (from_pretrained)
         if shared_lm_head:
             self.lm_heads = None
             object.__setattr__(self, "_lm_head", lm_head)  # not a submodule: not trained, not saved
@@ -108,7 +110,8 @@ class MedusaHeads(nn.Module):
         meta = training.read_config(file, target, "Medusa heads", "medusa")
         heads = cls.for_target(target, meta["num_heads"], shared_lm_head=not meta.get("own_lm_heads", False))
         heads = training.load(heads, file, target)
-        heads.choices = [tuple(c) for c in meta.get("choices", DEFAULT_CHOICES)]  # the tree tuned for them
+        if "choices" in meta:  # the tree tuned for them (heads saved before tuning existed have none)
+            heads.choices = [tuple(c) for c in meta["choices"]]
         return heads
 
     @classmethod
@@ -232,6 +235,14 @@ def tune_choices(topk: dict[int, Sequence[float]], nodes: int = 24) -> tuple[lis
     return sorted((c for c, _ in best), key=lambda c: (len(c), c)), sum(q for _, q in best)
 
 
+def tree_card(topk: dict[int, Sequence[float]]) -> dict:
+    """The entries of a heads' config.json that MedusaDrafter takes its tree from: the top-k accuracies
+    (`head_accuracy` with ks=TOPK), the tuned choices and their expected accepted tokens per step."""
+    choices, expected = tune_choices(topk)
+    return {"val_topk_vs_target": {k: [round(a, 4) for a in v] for k, v in topk.items()}, "choices": choices,
+            "expected_accepted": round(expected, 3)}
+
+
 # ---- drafting --------------------------------------------------------------------------------------
 
 
@@ -254,7 +265,7 @@ class MedusaDrafter(Drafter):
         checks.instance(heads, MedusaHeads, "heads", "MedusaDrafter.from_zoo(target), or "
                         "MedusaDrafter(MedusaHeads.from_zoo(target))")
         if choices is None:  # the heads' own tuned tree, if they were saved with one
-            choices = getattr(heads, "choices", None) or DEFAULT_CHOICES
+            choices = heads.choices or DEFAULT_CHOICES
         self.heads, self.choices = heads, checks.choices(choices)
         self.parents = choices_parents(self.choices)
         depth = max(len(c) for c in self.choices)
