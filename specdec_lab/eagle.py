@@ -61,11 +61,14 @@ class RMSNorm(nn.Module):
 
 
 def rope(x: Tensor, positions: Tensor, theta: float = 10000.0) -> Tensor:
-    """Rotary embedding of x [B, heads, n, d] at explicit positions [n] (rotate-half layout, as Llama)."""
+    """Rotary embedding of x [B, heads, n, d] at explicit positions [n], or [B, n] per row (a ragged batch,
+    chapter 09) (rotate-half layout, as Llama)."""
     d = x.shape[-1]
     inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)  # [d/2]
-    angles = positions.to(x.device, torch.float32)[:, None] * inv_freq  # [n, d/2]
-    cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)  # [n, d]
+    angles = positions.to(x.device, torch.float32)[..., None] * inv_freq  # [n, d/2] or [B, n, d/2]
+    if angles.dim() == 3:
+        angles = angles[:, None]  # [B, 1, n, d/2]: the same angles for every head
+    cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)  # [.., n, d]
     half = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)  # [B, heads, n, d]
     return x * cos + half * sin
 
@@ -91,8 +94,8 @@ class DraftLayer(nn.Module):
         self.down = nn.Linear(mlp, hidden, bias=False)
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None = None, cache=None) -> Tensor:
-        """x [B, n, H] at positions [n]; mask bool [n, L + n] (True = may attend; None = causal) over the L
-        cached positions then the n new ones. The new keys/values are appended to `cache`."""
+        """x [B, n, H] at positions [n] or [B, n]; mask bool [n, L + n] or [B, 1, n, L + n] (True = may attend;
+        None = causal) over the L cached positions then the n new ones. The new keys/values are appended to `cache`."""
         B, n, H = x.shape
         qkv = self.qkv(self.attn_norm(x)).view(B, n, 3, self.heads, self.d)  # [B, n, 3, h, d]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x [B, h, n, d]

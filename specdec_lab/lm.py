@@ -38,7 +38,8 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-__all__ = ["new_cache", "append", "cache_len", "forward", "keep", "crop", "gather", "attention_mask_4d", "dtype_kwargs",
+__all__ = ["new_cache", "append", "cache_len", "forward", "keep", "crop", "gather", "gather_rows", "attention_mask_4d",
+           "dtype_kwargs",
            "forward_last", "context_length", "custom_mask_problem", "require_custom_masks"]
 
 
@@ -119,14 +120,15 @@ def attention_mask_4d(mask: torch.Tensor | None, batch: int, past: int, n: int,
 
 
 def forward(model, ids: torch.Tensor, cache=None, positions: torch.Tensor | None = None,
-            mask: torch.Tensor | None = None, hidden: bool = False):
+            mask: torch.Tensor | None = None, hidden: bool = False, last: int | None = None):
     """Run `model` on new tokens `ids` [B, n], extending `cache` in place (None: plain uncached forward).
 
     positions: absolute position ids [n] or [B, n]; default cache_len(cache) + arange(n).
     mask: bool [n, n] or [B, n, n], True = new token i may attend to new token j (e.g. a tree mask);
           the cached prefix is always visible. Or [(B,) n, past + n] to mask cached positions too.
           None with default positions = ordinary causal attention.
-    Returns logits [B, n, V] as float32; with hidden=True, (logits, hidden_states) where hidden_states is
+    last: compute only the last `last` positions' logits (the LM head skips the rest; see `forward_last`).
+    Returns logits [B, n, V] (or [B, last, V]) as float32; with hidden=True, (logits, hidden_states) where hidden_states is
     HF's tuple of num_layers + 1 tensors [B, n, H]: [0] = input to the first layer (embeddings), [i] =
     output of layer i, [-1] = output of the last layer AFTER the final norm (what the LM head reads).
     Call under torch.no_grad() for inference.
@@ -143,9 +145,11 @@ def forward(model, ids: torch.Tensor, cache=None, positions: torch.Tensor | None
         require_custom_masks(model)
         kwargs["attention_mask"] = _custom_masks(model, mask, B, past, n, ids.device)  # [B,1,n,past+n] or a dict
     if cache is not None:
-        kwargs[_cache_keyword(model)] = cache
+        kwargs[_keywords(model)[1]] = cache
+    if last is not None and _keywords(model)[0]:
+        kwargs["logits_to_keep"] = last
     out = model(input_ids=ids, use_cache=cache is not None, output_hidden_states=hidden, **kwargs)
-    logits = out.logits.float()                                                          # [B, n, V]
+    logits = out.logits.float() if last is None else out.logits[:, -last:].float()      # [B, n or last, V]
     return (logits, tuple(out.hidden_states)) if hidden else logits
 
 
@@ -286,7 +290,44 @@ def gather(cache, indices) -> None:
         cache._seen_tokens = len(idx)                          # 4.53 keeps a tally that crop resets too
 
 
+def gather_rows(cache, rows, index) -> None:
+    """A batch's rollback (chapter 09): keep the batch rows `rows` [B'] and, in row b, the cached slots index[b]
+    ([B', L'], in that order), in every layer. Row b of the result is old row rows[b]."""
+    rows = torch.as_tensor(rows, dtype=torch.long)                                       # [B']
+    index = torch.as_tensor(index, dtype=torch.long)                                     # [B', L']
+
+    B, width = None, index.shape[1]
+    span = index[0, 0] + torch.arange(width) if index.numel() else index.new_empty(0)   # [L']
+    same = bool((index == span).all())  # every row keeps the same run of slots: a slice, no copy
+
+    def pick(x):                                                                         # [B, h, L, d]
+        if same and len(rows) == x.shape[0] and bool((rows == torch.arange(len(rows))).all()):
+            return x[:, :, int(span[0]):int(span[0]) + width] if width else x[:, :, :0]  # [B, h, L', d] a view
+        x = x.index_select(0, rows.to(x.device))                                         # [B', h, L, d]
+        return x.gather(2, index.to(x.device)[:, None, :, None].expand(-1, x.shape[1], -1, x.shape[3]))
+
+    if hasattr(cache, "layers"):                               # >= 4.54: cache.layers[i].keys / .values
+        for layer in cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
+                layer.keys, layer.values = pick(layer.keys), pick(layer.values)         # [B', h, L', d]
+    else:                                                      # 4.53: key_cache / value_cache lists
+        for i, keys in enumerate(cache.key_cache):
+            if keys.dim() == 4:
+                cache.key_cache[i], cache.value_cache[i] = pick(keys), pick(cache.value_cache[i])
+        cache._seen_tokens = index.shape[1]
+
+
 _FORWARD_KEYWORDS: dict[type, tuple[bool, str]] = {}  # model class -> (takes logits_to_keep, cache keyword)
+
+
+def _keywords(model) -> tuple[bool, str]:
+    """(takes logits_to_keep, cache keyword), read from each model class's signature once: inspect costs ~5% of
+    a small model's step."""
+    keywords = _FORWARD_KEYWORDS.get(type(model))
+    if keywords is None:
+        keywords = _FORWARD_KEYWORDS[type(model)] = (
+            "logits_to_keep" in inspect.signature(type(model).forward).parameters, _cache_keyword(model))
+    return keywords
 
 
 def forward_last(model, ids: torch.Tensor, cache, n: int) -> torch.Tensor:
@@ -296,11 +337,7 @@ def forward_last(model, ids: torch.Tensor, cache, n: int) -> torch.Tensor:
     so reading a long prompt does not pay for a [T, V] matrix product whose rows nobody looks at: what
     `generate()` does in its prefill. Models without `logits_to_keep` fall back to slicing `forward`.
     """
-    keywords = _FORWARD_KEYWORDS.get(type(model))
-    if keywords is None:  # read each model class's signature once: inspect costs ~5% of a small model's step
-        keywords = _FORWARD_KEYWORDS[type(model)] = (
-            "logits_to_keep" in inspect.signature(type(model).forward).parameters, _cache_keyword(model))
-    keep_ok, cache_keyword = keywords
+    keep_ok, cache_keyword = _keywords(model)
     if not keep_ok:
         return forward(model, ids, cache)[:, -n:]
     kwargs = {} if cache is None else {cache_keyword: cache}

@@ -1,0 +1,169 @@
+"""Tests for batched speculative decoding (serving.py, chapter 09).
+
+* Ragged: a batch of rows of different lengths, fed and rolled back row by row, gives every row the logits a fresh
+  single-sequence forward over its own text gives (fp32, 1e-4).
+* Greedy: every row's output EQUALS its own single-sequence greedy decoding, for each chain drafter, on the
+  zoo pair and all 52 suite prompts at batch 32 and 13, and on random models with EOS, per-row γ and a policy.
+* Sampling: rows of two prompts of different lengths, decoded in batches with per-row γ, follow the target's exact
+  joint distribution of their first 3 tokens (chapter 03's chi-square test, cells pooled, p > P_MIN).
+"""
+import pytest
+import torch
+from helpers import P_MIN, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
+
+from specdec_lab import DraftModelDrafter, EagleDrafter, PromptLookupDrafter, generate, lm, zoo
+from specdec_lab.checks import ArgumentError
+from specdec_lab.sampling import Warp
+from specdec_lab.serving import Ragged, generate_batch, switch_off_policy
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(layers=3, seed=0)
+    return target, noisy_copy(target, 0.05, seed=1)
+
+
+def test_ragged_rows_match_single_forwards(pair):
+    target, _ = pair
+    texts = [prompt_ids(s, n)[0].tolist() for s, n in ((0, 5), (1, 9), (2, 2), (3, 7))]
+    cache = Ragged(lm.new_cache(target), len(texts))
+    cache.forward(target, [t[:-1] for t in texts])  # the prefill: every committed token but the pending one
+    for step, (extra, keep) in enumerate([([3, 4, 5], [1, 3, 0, 2]), ([7], [1, 1, 1, 1]), ([8, 9], [2, 0, 1, 2])]):
+        rows = [t[len(t) - 1:] + extra[:1 + b] for b, t in enumerate(texts)]  # ragged: row b feeds 2 + b tokens
+        rows = [r[: 1 + (b + step) % 4] for b, r in enumerate(rows)]
+        held = cache.lengths()
+        logits, _ = cache.forward(target, rows, last=max(map(len, rows)))
+        for b, (t, r) in enumerate(zip(texts, rows)):
+            single = lm.forward(target, torch.tensor([t[:held[b]] + r]))[0, -len(r):]  # [len(r), V]
+            torch.testing.assert_close(logits[b, -len(r):], single, atol=1e-4, rtol=0,
+                                       msg=f"step {step}, row {b}: batched logits differ from a single forward")
+        texts = [t + r[1: 1 + keep[b]] for b, (t, r) in enumerate(zip(texts, rows))]  # commit keep[b] of the new
+        alive = [b for b in range(len(texts)) if b != step]  # one row leaves each step
+        cache.keep([len(texts[b]) - 1 for b in alive], alive)
+        texts = [texts[b] for b in alive]
+        assert cache.lengths() == [len(t) - 1 for t in texts]
+        assert cache.valid.shape[1] == max(len(t) for t in texts) - 1, "packed: no wider than the longest row"
+
+
+@pytest.mark.parametrize("make", ["plain", "draft", "draft-gamma-list", "lookup", "policy"])
+def test_random_models_greedy_identity_with_eos(pair, make):
+    target, noisy = pair
+    prompts = [prompt_ids(s, 3 + 2 * s)[0].tolist() for s in range(6)]
+    refs = [generate(target, [p], max_new_tokens=30).tokens for p in prompts]
+    eos = refs[2][7]  # a token some rows emit: they stop there, at different steps
+    refs = [generate(target, [p], max_new_tokens=30, eos_token_id=eos).tokens for p in prompts]
+    drafter, gamma = {"plain": (None, None), "draft": (DraftModelDrafter(noisy, 4), None),
+                      "draft-gamma-list": (DraftModelDrafter(noisy, 4), [0, 1, 2, 3, 4, 6]),
+                      "lookup": (PromptLookupDrafter(5, 2), None),
+                      "policy": (DraftModelDrafter(noisy, 3), switch_off_policy(max_batch=3))}[make]
+    out = generate_batch(target, prompts, drafter, max_new_tokens=30, eos_token_id=eos, gamma=gamma)
+    assert out.tokens == refs, f"{make}: a row differs from its own greedy decoding"
+    assert any(len(r) < 30 for r in refs) and any(len(r) == 30 for r in refs), "some rows should stop at EOS"
+    if make == "draft-gamma-list":
+        assert out.rows[0].draft_lengths == [0] * out.rows[0].target_calls, "γ = 0: plain decoding for that row"
+        assert max(out.rows[5].draft_lengths) == 6
+    if make == "policy":  # speculation stays off while more than 3 rows are active, then comes on
+        assert out.rows[0].draft_lengths[0] == 0 and max(max(g.draft_lengths) for g in out.rows) == 3
+    assert out.steps == max(g.target_calls for g in out.rows)
+
+
+@pytest.mark.parametrize("method", ["plain", "draft", "eagle1", "lookup"])
+def test_zoo_suite_greedy_identity_batch_32(method):
+    from specdec_lab.bench import suite_prompts
+
+    target, draft, tok = zoo.load_pair("tiny", device="cpu")
+    prompts = [p[0].tolist() for p in suite_prompts(tok)]
+    refs = _zoo_references(target, prompts, tok.eos_token_id)
+    drafter = {"plain": None, "draft": DraftModelDrafter(draft, 3), "eagle1": EagleDrafter.from_zoo(target),
+               "lookup": PromptLookupDrafter()}[method]
+    for B in (32, 13):
+        outs = []
+        for s in range(0, len(prompts), B):
+            outs += generate_batch(target, prompts[s:s + B], drafter, max_new_tokens=40,
+                                   eos_token_id=tok.eos_token_id).tokens
+        same = sum(a == b for a, b in zip(outs, refs))
+        assert same == len(prompts), f"{method}, batch {B}: {same}/{len(prompts)} rows equal their greedy decoding"
+
+
+_REFS = {}
+
+
+def _zoo_references(target, prompts, eos):
+    if not _REFS:
+        _REFS["refs"] = [generate(target, [p], max_new_tokens=40, eos_token_id=eos).tokens for p in prompts]
+    return _REFS["refs"]
+
+
+@pytest.fixture(scope="module")
+def small_vocab_pair():
+    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    return target, noisy_copy(target, 0.5, seed=11)
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.8)],
+                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_batched_sampling_matches_target_distribution(small_vocab_pair, settings):
+    target, draft = small_vocab_pair
+    short, long = [1, 5, 2], [3, 0, 6, 6, 1, 7, 4]
+    prompts, gamma = [short, long] * 50, [2, 3, 0, 1] * 25  # 100 rows: two lengths, four draft lengths
+    g, counts, accepted = torch.Generator().manual_seed(7), {0: torch.zeros(512), 1: torch.zeros(512)}, []
+    for _ in range(3000 // 50):
+        out = generate_batch(target, prompts, DraftModelDrafter(draft, 3), max_new_tokens=3, generator=g,
+                             gamma=gamma, **settings)
+        for b, (x, y, z) in enumerate(out.tokens):
+            counts[b % 2][x * 64 + y * 8 + z] += 1
+        accepted += [a for row in out.rows for a in row.accept_lengths]
+    for which, ids in ((0, short), (1, long)):
+        pvalue = pooled_chi_square(counts[which], exact_joint(target, torch.tensor([ids]), Warp(**settings)))
+        print(f"{settings}, prompt of {len(ids)} tokens: chi-square p-value {pvalue:.3f} over 3000 rows")
+        assert pvalue > P_MIN, f"{settings}: batched rows do not follow the target (p-value {pvalue:.2g})"
+    assert 0.1 < sum(accepted) / len(accepted) < 1.5, "the draft should be accepted sometimes, not always"
+
+
+def test_batched_sampling_test_catches_a_biased_verifier(small_vocab_pair, monkeypatch):
+    """The test has power here too: replacing rejected drafts from p instead of the residual fails it."""
+    from specdec_lab import sampling
+
+    target, draft = small_vocab_pair
+    monkeypatch.setattr(sampling, "_residual", lambda p, q: p)
+    g, counts = torch.Generator().manual_seed(7), torch.zeros(512)
+    for _ in range(30):
+        out = generate_batch(target, [[1, 5, 2]] * 100, DraftModelDrafter(draft, 2), max_new_tokens=3,
+                             temperature=1.0, generator=g)
+        for x, y, z in out.tokens:
+            counts[x * 64 + y * 8 + z] += 1
+    assert pooled_chi_square(counts, exact_joint(target, torch.tensor([[1, 5, 2]]), Warp(1.0))) < P_MIN
+
+
+def test_timing_and_bookkeeping(pair):
+    target, noisy = pair
+    prompts = [prompt_ids(s, 4 + s)[0].tolist() for s in range(3)]
+    out = generate_batch(target, prompts, DraftModelDrafter(noisy, 3), max_new_tokens=12)
+    assert [len(t) for t in out.tokens] == [12, 12, 12] and out.new_tokens == 36
+    assert all(0 < t <= g.seconds <= out.seconds for t, g in zip(out.first_token_seconds, out.rows))
+    assert out.throughput == pytest.approx(36 / out.seconds)
+    assert all(g.tau > 1 for g in out.rows), "the noisy copy should be accepted"
+    assert generate_batch(target, prompts, max_new_tokens=0).tokens == [[], [], []]
+
+
+def test_bad_input_errors(pair):
+    target, noisy = pair
+    ok = [[1, 2, 3], [4, 5]]
+    with pytest.raises(ArgumentError, match="chains only"):
+        generate_batch(target, ok, DraftModelDrafter(noisy, branching=[2, 1]))
+    with pytest.raises(ArgumentError, match="list of prompts"):
+        generate_batch(target, "def f(x):", DraftModelDrafter(noisy))
+    with pytest.raises(ArgumentError, match="list of prompts"):
+        generate_batch(target, [], None)
+    with pytest.raises(ArgumentError, match="text"):
+        generate_batch(target, ["def f(x):", "import os"], None)
+    with pytest.raises(ArgumentError, match="empty"):
+        generate_batch(target, [[1, 2], []], None)
+    with pytest.raises(ArgumentError, match="one per prompt"):
+        generate_batch(target, ok, DraftModelDrafter(noisy), gamma=[1, 2, 3])
+    with pytest.raises(ArgumentError, match="without a drafter"):
+        generate_batch(target, ok, None, gamma=2)
+    with pytest.raises(ArgumentError, match="DraftModelDrafter"):
+        generate_batch(target, ok, noisy)  # HF's habit: the draft model passed as the drafter
+    assert generate_batch(target, torch.tensor(ok[:1] * 2), None, max_new_tokens=3).tokens[0] == \
+        generate(target, ok[:1], max_new_tokens=3).tokens, "a [B, T] tensor is B prompts"
