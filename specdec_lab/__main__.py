@@ -75,6 +75,8 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
     parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches (--method draft)")
     parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--batch", type=positive_int, help="decode B prompts at a time (chapter 09): the chain "
+                        "methods against batched plain decoding, greedy unless --temperatures says otherwise")
 
 
 def check_bench(parser, args) -> None:
@@ -86,6 +88,8 @@ def check_bench(parser, args) -> None:
                          "prints its table only")
     elif args.naive:
         parser.error("--naive belongs to --method draft (chapter 03's table); leave it out for the showdown")
+    if args.batch and args.method != "all":
+        parser.error("--batch runs the batched showdown of the chain methods; leave out --method")
     if args.json and args.csv and os.path.abspath(args.json) == os.path.abspath(args.csv):
         parser.error(f"--json and --csv both name {args.json!r}: give them different files")
 
@@ -283,7 +287,7 @@ def main(argv=None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         try:
-            return bench_module.METHODS[args.method](args)
+            return bench_module.bench_batch(args) if args.batch else bench_module.METHODS[args.method](args)
         except KeyboardInterrupt:  # --method all saves what it measured itself; this is the rest
             print("\ninterrupted", file=sys.stderr)
             return 130

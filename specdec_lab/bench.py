@@ -5,6 +5,7 @@ generation and prompt lookup, on the same models and prompts, greedy and at temp
 per prompt category τ (tokens per target pass), target passes, tokens per second, the speedup over plain
 decoding measured in the same run, and on how many prompts the greedy output equals plain decoding's token
 for token. `specdec-lab bench --method draft` is chapter 03's narrower table (draft model against HF).
+`specdec-lab bench --batch B` is chapter 09's batched showdown: the chain methods decoding B prompts at a time.
 
 Every method decodes the same prompts with the same max_new_tokens and EOS. Methods run interleaved, prompt
 by prompt (so a slow spell on a shared machine hits all of them alike), after a warm-up on the first
@@ -28,7 +29,8 @@ import torch
 from specdec_lab.prompts import CATEGORIES
 
 __all__ = ["Row", "Interrupted", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods",
-           "showdown", "format_showdown", "leaderboard_markdown", "save_results"]
+           "showdown", "format_showdown", "leaderboard_markdown", "save_results", "batch_methods", "batch_showdown",
+           "format_batch_showdown"]
 
 
 @dataclass
@@ -501,6 +503,138 @@ def _save_partial(results: list[dict], meta: dict, args) -> int:
     saved = f"saved them, marked partial, to {' and '.join(files)}" if files else "give --json or --csv to save them"
     print(f"\ninterrupted: measured {so_far}; {saved}")
     return 130
+
+
+# ---- chapter 09: the batched showdown --------------------------------------------------------------------
+
+
+def batch_methods(target, draft, gamma: int = 3, heads: dict | None = None) -> dict:
+    """The chain methods `serving.generate_batch` runs: {name: drafter (None: plain decoding), or why not}.
+    The same settings as the showdown's chains: draft model γ, EAGLE-1 chain γ=4, prompt lookup (10, 3)."""
+    from specdec_lab import heads as trained
+    from specdec_lab.drafters import DraftModelDrafter
+    from specdec_lab.eagle import EagleDrafter, EagleNet
+    from specdec_lab.ngram import PromptLookupDrafter
+
+    heads = trained.find(target) if heads is None else heads
+    eagle = (EagleDrafter(EagleNet.from_pretrained(target, heads["eagle1"]), [1, 1, 1, 1]) if "eagle1" in heads
+             else trained.missing(target, "eagle1"))
+    return {"target only": None, f"draft model, chain γ={gamma}": DraftModelDrafter(draft, gamma),
+            "EAGLE-1, chain γ=4": eagle, "prompt lookup (10, 3)": PromptLookupDrafter(10, 3)}
+
+
+def batch_showdown(target, draft, tokenizer, prompts: list[dict] | None = None, batch: int = 8,
+                   temperatures: Sequence[float] = (0.0,), max_new_tokens: int = 64, gamma: int = 3,
+                   heads: dict | None = None, progress: bool = False) -> list[dict]:
+    """`batch_methods` decoding the prompts `batch` at a time with `serving.generate_batch`, interleaved chunk by
+    chunk, at each temperature; one dict per (temperature, method), plus "target only, batch 1" (one prompt at a
+    time with `generate`: the reference of the greedy identity check, and what batching itself gains).
+
+    Each dict: temperature, method, batch, prompts, tokens, steps (batched target passes), row_passes (passes
+    summed over rows), seconds, tau (tokens / row_passes), tokens_per_s, speedup (over batched plain decoding in
+    the same run), identical (rows equal to their own single-sequence greedy decoding; greedy only), skipped.
+    """
+    from tqdm.auto import tqdm
+
+    from specdec_lab.decoding import generate
+    from specdec_lab.prompts import load_prompts
+    from specdec_lab.serving import generate_batch
+
+    prompts = load_prompts() if prompts is None else prompts
+    ids = [tokenizer(p["prompt"]).input_ids for p in prompts]
+    chunks = [ids[s:s + batch] for s in range(0, len(ids), batch)]
+    methods = batch_methods(target, draft, gamma, heads)
+    runnable = {name: d for name, d in methods.items() if not isinstance(d, str)}
+    eos, results = tokenizer.eos_token_id, []
+    for T in temperatures:
+        kw = dict(max_new_tokens=max_new_tokens, temperature=T, eos_token_id=eos)
+        single = Row("target only, batch 1")
+        rows = {name: Row(name) for name in runnable}
+        steps = dict.fromkeys(runnable, 0)
+        for name, drafter in runnable.items():  # warm-up
+            generate_batch(target, chunks[0], drafter, **dict(kw, max_new_tokens=4))
+        bar = tqdm(total=len(chunks) * (len(runnable) + 1), desc=f"batch {batch}, T={T:g}", disable=not progress)
+        for i, chunk in enumerate(chunks):
+            start = time.perf_counter()
+            for p in chunk:
+                g = torch.Generator().manual_seed(i)
+                gen = generate(target, [p], generator=g, **kw)
+                single.outputs.append(gen.tokens)
+                single.tokens, single.target_calls = single.tokens + len(gen.tokens), single.target_calls + gen.target_calls
+            single.seconds += time.perf_counter() - start
+            bar.update()
+            for name, drafter in runnable.items():
+                out = generate_batch(target, chunk, drafter, generator=torch.Generator().manual_seed(i), **kw)
+                row = rows[name]
+                row.outputs += out.tokens
+                row.tokens += out.new_tokens
+                row.target_calls += sum(g.target_calls for g in out.rows)
+                row.seconds += out.seconds
+                steps[name] += out.steps
+                bar.update()
+        bar.close()
+        base = rows["target only"]
+        for row, n_steps, B in [(single, single.target_calls, 1)] + [(rows[m], steps[m], batch) for m in runnable]:
+            same = sum(a == b for a, b in zip(row.outputs, single.outputs)) if T == 0 else None
+            results.append(dict(temperature=T, method=row.method, batch=B, prompts=len(ids), tokens=row.tokens,
+                                steps=n_steps, row_passes=row.target_calls, seconds=round(row.seconds, 4),
+                                tau=round(row.tau, 4), tokens_per_s=round(row.tokens_per_second, 2),
+                                speedup=round(row.tokens_per_second / base.tokens_per_second, 4), identical=same,
+                                skipped=None))
+        results += [dict(temperature=T, method=name, batch=batch, prompts=0, tokens=0, steps=0, row_passes=0,
+                         seconds=0.0, tau=None, tokens_per_s=None, speedup=None, identical=None, skipped=why)
+                    for name, why in methods.items() if isinstance(why, str)]
+    return results
+
+
+def format_batch_showdown(results: list[dict], temperature: float) -> str:
+    """One temperature's batched results as a fixed-width table."""
+    rows = [r for r in results if r["temperature"] == temperature]
+    width = max(len(r["method"]) for r in rows)
+    greedy = temperature == 0
+    head = (f"{'method':<{width}} | batch |     τ | batched passes | tokens/s | speedup | "
+            + ("identical to its own greedy" if greedy else ""))
+    lines = [f"temperature {temperature:g}" + (" (greedy)" if greedy else " (sampling)") + ": speedup over batched "
+             "plain decoding (target only) in the same run", head, "-" * len(head)]
+    for r in rows:
+        if r["skipped"]:
+            lines.append(f"{r['method']:<{width}} | n/a: {r['skipped']}")
+            continue
+        same = f"{r['identical']}/{r['prompts']}" if greedy else ""
+        lines.append(f"{r['method']:<{width}} | {r['batch']:5d} | {r['tau']:5.2f} | {r['steps']:14d} | "
+                     f"{r['tokens_per_s']:8.1f} | {r['speedup']:6.2f}x | {same}")
+    return "\n".join(lines)
+
+
+def bench_batch(args) -> int:
+    import platform
+
+    import transformers
+
+    from specdec_lab.prompts import load_prompts
+
+    target, draft, tok = _load(args)
+    prompts = load_prompts(args.category)[:args.limit]
+    temperatures = args.temperatures or [0.0]
+    meta = dict(pair=args.pair, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+                threads=torch.get_num_threads(), prompts=len(prompts), batch=args.batch,
+                category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
+                torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
+                machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
+    print(f"pair {args.pair!r} on {target.device} in {meta['dtype']}, {len(prompts)} prompts in batches of "
+          f"{args.batch}, max_new_tokens={args.max_new_tokens}, {meta['threads']} threads")
+    results = batch_showdown(target, draft, tok, prompts, args.batch, temperatures, args.max_new_tokens,
+                             args.gamma, progress=True)
+    for T in temperatures:
+        print("\n" + format_batch_showdown(results, T))
+    save_results(results, meta, args.json, args.csv)
+    for path in (args.json, args.csv):
+        if path:
+            print(f"wrote {path}")
+    broken = [r["method"] for r in results if r["identical"] is not None and r["identical"] < r["prompts"]]
+    if broken:
+        print(f"\nNOT identical to each prompt's own greedy decoding: {', '.join(broken)}")
+    return 1 if broken else 0
 
 
 # `specdec-lab bench --method NAME` runs METHODS[NAME](args).

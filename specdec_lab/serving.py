@@ -64,9 +64,12 @@ class Ragged:
         (True = may attend: the row's held slots, then its own new tokens causally; a pad sees only itself).
         The new slots are recorded as held; the caller's forward must append them to the cache."""
         B, n = len(rows), max(len(r) for r in rows)
-        ids, real = torch.zeros(B, n, dtype=torch.long), torch.zeros(B, n, dtype=torch.bool)  # [B, n]
-        for b, r in enumerate(rows):
-            ids[b, n - len(r):], real[b, n - len(r):] = torch.as_tensor(r, dtype=torch.long), True
+        if all(len(r) == n for r in rows):  # every row feeds as many tokens (a drafting level): no padding
+            ids, real = torch.tensor(rows, dtype=torch.long).reshape(B, n), torch.ones(B, n, dtype=torch.bool)
+        else:
+            ids, real = torch.zeros(B, n, dtype=torch.long), torch.zeros(B, n, dtype=torch.bool)  # [B, n]
+            for b, r in enumerate(rows):
+                ids[b, n - len(r):], real[b, n - len(r):] = torch.as_tensor(r, dtype=torch.long), True
         held = self.valid.sum(1, keepdim=True)  # [B, 1]
         positions = (held + real.cumsum(1) - 1).clamp(min=0)  # [B, n] a pad's position is never read
         causal = torch.ones(n, n, dtype=torch.bool).tril()  # [n, n]

@@ -105,6 +105,19 @@ def test_command_line(tmp_path, capsys):
     assert (tmp_path / "b.csv").read_text().startswith("temperature,method,category")
 
 
+def test_batched_command_line(tmp_path, capsys):
+    code = main(["bench", "--batch", "3", "--limit", "5", "--max-new-tokens", "8", "--temperatures", "0,0.7",
+                 "--threads", "1", "--json", str(tmp_path / "b.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "EAGLE-1, chain γ=4" in out and "target only, batch 1" in out and "5/5" in out
+    results = json.loads((tmp_path / "b.json").read_text())["results"]
+    greedy = [r for r in results if r["temperature"] == 0]
+    assert all(r["identical"] == 5 for r in greedy), "every row equals its own greedy decoding"
+    assert {r["batch"] for r in greedy} == {1, 3}
+    assert all(r["identical"] is None and r["tokens"] > 0 for r in results if r["temperature"] == 0.7)
+
+
 def test_command_line_offline_hub_pair_fails_clearly(monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RuntimeError, match="Hub is unreachable"):

@@ -47,7 +47,7 @@ def markdown_cells(path: Path) -> list[str]:
 
 
 def test_there_are_lectures():
-    assert len(LECTURES) >= 9, f"expected the nine lecture notebooks 00-08, found {[p.name for p in LECTURES]}"
+    assert len(LECTURES) >= 10, f"expected the ten lecture notebooks 00-09, found {[p.name for p in LECTURES]}"
 
 
 @pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)

@@ -50,6 +50,8 @@ def no_loading(monkeypatch):
     (["--method", "draft", "--json", "r.json"], ["--json", "--method all"]),
     (["--method", "draft", "--temperatures", "0.7"], ["--temperatures", "--method all"]),
     (["--naive"], ["--naive", "--method draft"]),
+    (["--batch", "0"], ["--batch", "'0'", "1 or more"]),
+    (["--batch", "4", "--method", "draft"], ["--batch", "leave out --method"]),
     (["--json", "r.json", "--csv", "./r.json"], ["--json and --csv", "different files"]),
 ])
 def test_bench_flags_are_checked_first(argv, words, no_loading, capsys):

@@ -2,7 +2,7 @@
 
 (b) exercises/ is exactly what `python tools/nbtool.py exercises` makes from solutions/;
 (c) every grader cell fails on its unsolved stub with a hint (that the graders pass right answers and name
-    typical mistakes is tested chapter by chapter, in tests/test_grading_00.py to test_grading_08.py);
+    typical mistakes is tested chapter by chapter, in tests/test_grading_00.py to test_grading_09.py);
 and every notebook's badge and setup cell are what `python tools/nbtool.py stamp` writes.
 """
 

@@ -1,5 +1,5 @@
-"""Graders for the exercise notebooks, one module per chapter: ch00 (decoding is memory-bound) to ch08 (the
-showdown), with what they share in `_common`.
+"""Graders for the exercise notebooks, one module per chapter: ch00 (decoding is memory-bound) to ch09
+(speculation in a serving engine), with what they share in `_common`.
 
 Each `check_*` takes the learner's function, runs it on cases the notebook does not show, and either
 prints one line that starts with "PASS" or raises `AssertionError` with a hint that names the input
@@ -23,6 +23,7 @@ from specdec_lab.grading.ch05 import check_candidate_tree, check_medusa_head, ch
 from specdec_lab.grading.ch06 import check_eagle_forward, check_expand, check_ttt_unroll
 from specdec_lab.grading.ch07 import check_jacobi_iteration, check_ngram_draft, check_pool_update
 from specdec_lab.grading.ch08 import check_sglang_flags, check_summarize, check_switch_off
+from specdec_lab.grading.ch09 import check_choose_gamma, check_commit_batch
 
 # Chapter 04's case generators and the exact distributions of its wrong rules: tests/test_tree_economics.py
 # checks notebook 04's derivations with them (under these names, as before the graders became a package).
@@ -51,4 +52,6 @@ __all__ = [
     "check_ngram_draft", "check_jacobi_iteration", "check_pool_update",
     # ch08: the showdown
     "check_summarize", "check_switch_off", "check_sglang_flags",
+    # ch09: serving
+    "check_commit_batch", "check_choose_gamma",
 ]
