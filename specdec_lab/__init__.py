@@ -22,3 +22,6 @@ from specdec_lab.medusa import MedusaDrafter  # noqa: E402
 
 # EAGLE (chapter 06): a one-layer draft over the target's features; EAGLE-2's dynamic tree; EAGLE-3.
 from specdec_lab.eagle import EagleDrafter  # noqa: E402
+
+# Serving (chapter 09): B requests decoded together, each row accepting its own drafts.
+from specdec_lab.serving import generate_batch  # noqa: E402
