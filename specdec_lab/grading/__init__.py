@@ -24,6 +24,7 @@ from specdec_lab.grading.ch06 import check_eagle_forward, check_expand, check_tt
 from specdec_lab.grading.ch07 import check_jacobi_iteration, check_ngram_draft, check_pool_update
 from specdec_lab.grading.ch08 import check_sglang_flags, check_summarize, check_switch_off
 from specdec_lab.grading.ch09 import check_choose_gamma, check_commit_batch
+from specdec_lab.grading.ch10 import check_capstone
 
 # Chapter 04's case generators and the exact distributions of its wrong rules: tests/test_tree_economics.py
 # checks notebook 04's derivations with them (under these names, as before the graders became a package).
@@ -54,4 +55,6 @@ __all__ = [
     "check_summarize", "check_switch_off", "check_sglang_flags",
     # ch09: serving
     "check_commit_batch", "check_choose_gamma",
+    # ch10: the capstone
+    "check_capstone",
 ]

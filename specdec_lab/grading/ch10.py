@@ -1,0 +1,131 @@
+"""The capstone's grader (exercises/10_capstone.ipynb): a drafter of the learner's own, run through the course's
+own harness.
+
+`check_capstone(make_drafter)` takes a function target -> a new drafter (drafters.Drafter's protocol) and runs:
+
+1. the protocol: `start` and `propose` on a suite prompt (a stub still in place becomes a hint), a `DraftTree`
+   no deeper than the limit it was given;
+2. greedy identity on held-out prompts: every 4th prompt of the suite (13 prompts over the three categories),
+   48 new tokens with the zoo pair, token for token equal to plain greedy decoding (`decoding.generate`), with
+   the first differing position named;
+3. sampling: the joint distribution of the first 3 tokens from a tiny random 8-token model (its exact distribution
+   enumerated), 2,000 seeded runs at T = 1 with the learner's drafter, Pearson's chi-square with small cells pooled;
+   the p-value is printed and must exceed `P_VALUE_MIN`;
+4. τ and speed beside the course's rows in ONE interleaved run (`bench.run`) on the same 13 prompts: plain
+   decoding, prompt lookup (10, 3) and the draft-model chain γ = 3, with the learner's drafter; its τ must exceed
+   1.1 (a drafter whose proposals are never accepted is not yet a drafter). Speed is reported, not graded: it
+   depends on the machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from specdec_lab import bench, checks, zoo
+from specdec_lab.decoding import generate
+from specdec_lab.drafters import DraftModelDrafter
+from specdec_lab.grading._common import P_VALUE_MIN, call, check, chi_square, grader, one_thread, passed, seeded
+from specdec_lab.ngram import PromptLookupDrafter
+from specdec_lab.sampling import Warp
+from specdec_lab.tree import DraftTree
+
+NEW_TOKENS = 48  # per held-out prompt
+RUNS = 2000  # sampling runs
+
+
+def _held_out(tok) -> list[torch.Tensor]:
+    """Every 4th prompt of the suite: 13 prompts, all three categories."""
+    return bench.suite_prompts(tok)[::4]
+
+
+@torch.no_grad()
+def _exact_first_three(model, prompt: list[int], warp: Warp) -> torch.Tensor:
+    """P(first 3 tokens) of plain sampling with `warp`, by enumerating every continuation: [V^3]."""
+    vocab = model.config.vocab_size
+    joint, conts = torch.ones(1, dtype=torch.float64), torch.zeros(1, 0, dtype=torch.long)
+    for _ in range(3):
+        seqs = torch.cat([torch.tensor([prompt]).expand(len(conts), -1), conts], 1)  # [m, T + t]
+        p = warp.probs(model(input_ids=seqs).logits[:, -1].float()).double()  # [m, V]
+        joint = (joint[:, None] * p).reshape(-1)
+        conts = torch.cat([conts.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(len(conts))[:, None]], 1)
+    return joint
+
+
+def _tiny_model():
+    """A random Llama with 8 tokens, so the first 3 tokens' distribution has 512 cells."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.random.fork_rng():
+        torch.manual_seed(31)
+        config = LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                             initializer_range=0.5, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+        return LlamaForCausalLM(config).eval()
+
+
+def _pooled_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Chi-square p-value, the cells expected fewer than 5 times pooled into one."""
+    expected = probs * counts.sum()
+    big = expected >= 5
+    return chi_square(torch.cat([counts[big], counts[~big].sum()[None]]),
+                      torch.cat([probs[big], probs[~big].sum()[None]]))[1]
+
+
+@grader
+def check_capstone(make_drafter: Callable) -> None:
+    """The capstone: make_drafter(target) -> a new drafter, exact and useful on the course's harness."""
+    target, draft, tok = zoo.load_pair("tiny", device="cpu")
+    prompts, eos = _held_out(tok), tok.eos_token_id
+    with one_thread():
+        # 1. the protocol
+        drafter = call(make_drafter, target)
+        checks.drafter(drafter)
+        call(drafter.start, target, prompts[0])
+        tree = call(drafter.propose, prompts[0], Warp(0.0), 5)
+        check(isinstance(tree, DraftTree), f"propose should return a DraftTree (DraftTree.chain(tokens) for a "
+              f"chain), got {type(tree).__name__}")
+        check(tree.depth <= 5, f"propose(ids, warp, limit=5) returned a tree {tree.depth} tokens deep: never "
+              "draft deeper than `limit` (the length budget)")
+        # 2. greedy identity on held-out prompts
+        for i, ids in enumerate(prompts):
+            want = generate(target, ids, None, max_new_tokens=NEW_TOKENS, eos_token_id=eos).tokens
+            got = generate(target, ids, make_drafter(target), max_new_tokens=NEW_TOKENS, eos_token_id=eos).tokens
+            first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            check(got == want, f"held-out prompt {i} ({ids.shape[1]} tokens): greedy output differs from plain "
+                  f"decoding at new token {first}. The verifier keeps the output exact for ANY proposal, so look at "
+                  "what your drafter changes besides proposing: its tree (parents, q), or state it shares")
+        # 3. sampling: the first 3 tokens of a tiny model against its exact distribution
+        small, prompt, warp = _tiny_model(), [1, 2, 3, 1, 2, 3, 1], Warp(1.0)
+        counts, g, drafted = torch.zeros(8 ** 3, dtype=torch.float64), seeded(10), 0
+        for _ in range(RUNS):
+            gen = generate(small, [prompt], make_drafter(small), max_new_tokens=3, temperature=1.0, generator=g)
+            a, b, c = gen.tokens
+            counts[a * 64 + b * 8 + c] += 1
+            drafted += sum(gen.draft_lengths)
+        pvalue = _pooled_p_value(counts, _exact_first_three(small, prompt, warp))
+        print(f"sampling at T = 1 on a random 8-token model: chi-square p-value {pvalue:.3f} over {RUNS} runs "
+              f"({drafted / RUNS:.2f} drafted tokens per run)")
+        check(pvalue > P_VALUE_MIN, f"sampled outputs do not follow the target (p-value {pvalue:.2g}): a sampled "
+              "drafter must set tree.q to the distributions it drew from (warp.probs), a deterministic one None")
+        # 4. τ and speed beside the course's chains, in one interleaved run
+        n = NEW_TOKENS
+
+        def ours(make):
+            def run(ids):
+                gen = generate(target, ids, make(), max_new_tokens=n, eos_token_id=eos)
+                return gen.tokens, gen.target_calls
+            return run
+
+        methods = {"target only": ours(lambda: None), "prompt lookup (10, 3)": ours(lambda: PromptLookupDrafter()),
+                   "draft model, chain γ=3": ours(lambda: DraftModelDrafter(draft, 3)),
+                   "your drafter": ours(lambda: make_drafter(target))}
+        rows = bench.run(target, methods, prompts, warmup=1)
+    print(bench.format_table(rows))
+    yours = rows[-1]
+    check(yours.tau > 1.1, f"your drafter's τ is {yours.tau:.2f} on the held-out prompts: its proposals are "
+          "(almost) never accepted, so it only costs time; check what it proposes after the committed text")
+    passed(f"your drafter is exact (greedy {len(prompts)}/{len(prompts)} held-out prompts, sampling p-value "
+           f"{pvalue:.3f}) with τ {yours.tau:.2f} ({yours.tokens_per_second / rows[0].tokens_per_second:.2f}x plain "
+           "decoding in this run)")
