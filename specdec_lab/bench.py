@@ -560,7 +560,8 @@ def batch_showdown(target, draft, tokenizer, prompts: list[dict] | None = None, 
                 g = torch.Generator().manual_seed(i)
                 gen = generate(target, [p], generator=g, **kw)
                 single.outputs.append(gen.tokens)
-                single.tokens, single.target_calls = single.tokens + len(gen.tokens), single.target_calls + gen.target_calls
+                single.tokens += len(gen.tokens)
+                single.target_calls += gen.target_calls
             single.seconds += time.perf_counter() - start
             bar.update()
             for name, drafter in runnable.items():

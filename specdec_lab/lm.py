@@ -128,9 +128,9 @@ def forward(model, ids: torch.Tensor, cache=None, positions: torch.Tensor | None
           the cached prefix is always visible. Or [(B,) n, past + n] to mask cached positions too.
           None with default positions = ordinary causal attention.
     last: compute only the last `last` positions' logits (the LM head skips the rest; see `forward_last`).
-    Returns logits [B, n, V] (or [B, last, V]) as float32; with hidden=True, (logits, hidden_states) where hidden_states is
-    HF's tuple of num_layers + 1 tensors [B, n, H]: [0] = input to the first layer (embeddings), [i] =
-    output of layer i, [-1] = output of the last layer AFTER the final norm (what the LM head reads).
+    Returns logits [B, n, V] (or [B, last, V]) as float32; with hidden=True, (logits, hidden_states) where
+    hidden_states is HF's tuple of num_layers + 1 tensors [B, n, H]: [0] = input to the first layer (embeddings),
+    [i] = output of layer i, [-1] = output of the last layer AFTER the final norm (what the LM head reads).
     Call under torch.no_grad() for inference.
     """
     B, n = ids.shape

@@ -92,7 +92,8 @@ class Ragged:
         valid = self.valid[list(rows)]  # [B', L]
         kept = valid & (valid.cumsum(1) <= n)  # [B', L] the first n_b held slots
         width = int(n.max()) if len(rows) else 0
-        index = kept.int().sort(dim=1, stable=True).indices[:, kept.shape[1] - width:]  # [B', width] kept slots last, in order
+        order = kept.int().sort(dim=1, stable=True).indices  # [B', L] each row's dropped slots, then its kept ones
+        index = order[:, kept.shape[1] - width:]  # [B', width] the kept slots last, in order
         lm.gather_rows(self.cache, list(rows), index)
         self.valid = torch.arange(width) >= width - n  # [B', width]
 
@@ -225,15 +226,16 @@ class _EagleChain(_Plain):
         if not alive:
             return
         texts, states, n_true = [texts[b] for b in alive], [states[b] for b in alive], [self.n_true[b] for b in alive]
-        m = [min(s[0].shape[0], len(t) - 1 - k) for s, t, k in zip(states, texts, n_true)]  # pairs whose next token is committed
-        width = max(m)
-        feature = torch.zeros(len(alive), width, self.net.hidden, dtype=self.net.fc.weight.dtype)  # [B', width, H]
+        # the pairs whose next token is committed: the positions the target read, up to the pending token
+        m = [min(s[0].shape[0], len(t) - 1 - k) for s, t, k in zip(states, texts, n_true)]
+        width, weight = max(m), self.net.fc.weight
+        feature = torch.zeros(len(alive), width, self.net.hidden, dtype=weight.dtype, device=weight.device)  # [B',w,H]
         for b, s in enumerate(states):
             if m[b]:
-                feature[b, width - m[b]:] = self.net.true_feature([h[: m[b]] for h in s]).to(feature.dtype)
-        ids, positions, mask = self.cache.block([t[k + 1: k + 1 + j] for t, k, j in zip(texts, n_true, m)])
-        out = self.net(feature.to(self.net.fc.weight.device), ids.to(feature.device), positions, mask[:, None],
-                       self.cache.cache)  # [B', width, H]
+                feature[b, width - m[b]:] = self.net.true_feature([h[: m[b]] for h in s]).to(feature)
+        tokens = [t[k + 1: k + 1 + j] for t, k, j in zip(texts, n_true, m)]  # the token after each of those positions
+        ids, positions, mask = self.cache.block(tokens, weight.device)
+        out = self.net(feature, ids, positions, mask[:, None], self.cache.cache)  # [B', width, H]
         self.n_true, self.root = [k + j for k, j in zip(n_true, m)], out[:, -1:]  # root [B', 1, H]
 
 
