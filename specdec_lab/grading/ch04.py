@@ -359,8 +359,8 @@ def _check_tree_forward_compact(forward_tree: Callable, compact: Callable) -> No
             got = call(compact, mine, L, list(path))
             check(got is None, f"{pcase}: compact should change the cache in place and return None, got {got!r}")
             k = lm.cache_len(mine)
-            check(k != L + n or len(path) == n, f"{pcase}: after compact the cache still holds all {L + n} positions: keep only the "
-                  "prefix and the path's nodes")
+            check(k != L + n or len(path) == n, f"{pcase}: after compact the cache still holds all {L + n} "
+                  "positions: keep only the prefix and the path's nodes")
             check(k == L + len(path), f"{pcase}: after compact the cache holds {k} positions; the committed text "
                   f"but its new last token is the prefix and the path's {len(path)} nodes (root included): "
                   f"{L + len(path)}")
