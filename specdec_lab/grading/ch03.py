@@ -62,7 +62,8 @@ def check_cache_lengths(cache_lengths_after: Callable[[int, int, int], tuple]) -
             check(target_keeps != committed + gamma, f"{case}: target_keeps = {target_keeps} is everything the "
                   "verify pass wrote: the KV of rejected drafts must be dropped")
             check(False, f"{case}: target_keeps = {target_keeps}; the text now has {new_len} tokens "
-                  f"({committed} + {accepted} accepted + 1 from the target)")
+                  f"({committed} + {accepted} accepted + 1 from the target); notebook 03, section 2, derives what "
+                  "the cache keeps")
         if draft_keeps != want_draft:
             if accepted == gamma:
                 check(False, f"{case}: draft_keeps = {draft_keeps}, but with every draft accepted the draft model "
@@ -70,7 +71,8 @@ def check_cache_lengths(cache_lengths_after: Callable[[int, int, int], tuple]) -
                       "draft, so its cache lags one token behind the target's")
             check(draft_keeps != committed + gamma - 1, f"{case}: draft_keeps = {draft_keeps} keeps the KV of "
                   "drafts that were rejected; crop it to the committed length minus 1")
-            check(False, f"{case}: draft_keeps = {draft_keeps}, expected {want_draft}")
+            check(False, f"{case}: draft_keeps = {draft_keeps}, expected {want_draft}: count what the draft model "
+                  "has fed itself, and which of it the new text keeps (notebook 03, section 2)")
     passed("exercise 1: the target keeps committed - 1 positions; the draft the same, or one fewer when "
            "every draft was accepted")
 

@@ -178,7 +178,8 @@ def check_tree_size(count_nodes: Callable[[list[int]], int], verify_cost: Callab
             check(got != widths[-1], f"count_nodes({branching}) = {got} counts only the last level; add every level")
             check(got != sum(branching), f"count_nodes({branching}) = {got} is the sum of the branching factors; "
                   "level l has b0·b1·…·bl nodes (every node of the level above has bl children)")
-            check(False, f"count_nodes({branching}) = {got}, expected {want} (levels of {widths} nodes)")
+            check(False, f"count_nodes({branching}) = {got}, expected {want}, levels of {widths} nodes (notebook 04, "
+                  "section 7)")
     for branching, batch in [([2, 2, 1, 1], 1), ([2, 2, 1, 1], 64), ([3, 3, 2], 64), ([1, 1, 1, 1], 128),
                              ([3, 3, 2], 256), ([4, 2], 16)]:
         n = economics.tree_nodes(branching)
@@ -192,7 +193,8 @@ def check_tree_size(count_nodes: Callable[[list[int]], int], verify_cost: Callab
                   "down: divide the pass's time by the decode step's")
             check(abs(got - gpu.step_time(batch, batch * (1 + n)) / gpu.step_time(batch, 1)) > 1e-6, f"{case}: "
                   "step_time(batch, tokens_per_request) already multiplies by the batch; pass 1 + nodes per request")
-            check(False, f"{case}, expected {want:.4g} = step_time(batch, 1 + nodes) / step_time(batch, 1)")
+            check(False, f"{case}, expected {want:.4g} = step_time(batch, 1 + nodes) / step_time(batch, 1) "
+                  "(notebook 04, section 7)")
     passed("exercise 3: [2, 2, 1, 1] has 14 nodes, [3, 3, 2] has 30; at batch 64 verifying them costs "
            f"{gpu.verify_cost(14, 64):.1f} and {gpu.verify_cost(30, 64):.1f} decode steps")
 
