@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from specdec_lab import grading, lm, measure
+from specdec_lab.sampling import residual
 
 
 def _lengths(target_offset=0, lag=True):
@@ -54,6 +55,67 @@ def _mismatches(length_counts=True, offset=0):
     return greedy_mismatches
 
 
+def _sampled(replace="residual", bonus=True, warp_draft=True, crop=True, accept="ratio"):
+    def speculative_step_sampled(target, draft, ids, target_cache, draft_cache, gamma, warp):
+        T = ids.shape[1]
+        x = ids[:, lm.cache_len(draft_cache):]
+        drafts, qs = [], []
+        for _ in range(gamma):
+            logits = lm.forward(draft, x, draft_cache)[0, -1:]
+            q = warp.probs(logits) if warp_draft else torch.softmax(logits, -1)
+            x = warp.sample(q)
+            drafts.append(int(x))
+            qs.append(q[0])
+        tail = torch.cat([ids[:, lm.cache_len(target_cache):], torch.tensor([drafts])], 1)
+        p = warp.probs(lm.forward(target, tail, target_cache)[0, -(gamma + 1):])
+        u = torch.rand(gamma, generator=warp.generator)
+        out = []
+        for i, d in enumerate(drafts):
+            ok = {"ratio": u[i] * qs[i][d] < p[i, d], "inverse": u[i] * p[i, d] < qs[i][d],
+                  "reversed": u[i] * qs[i][d] >= p[i, d]}[accept]
+            if ok:
+                out.append(d)
+            else:
+                r = {"residual": residual(p[i], qs[i]), "p": p[i], "q - p": residual(qs[i], p[i])}[replace]
+                out.append(int(torch.multinomial(r, 1, generator=warp.generator)))
+                break
+        else:
+            if bonus:
+                out.append(int(warp.sample(p[gamma:])))
+        if crop:
+            lm.crop(target_cache, T + len(out) - 1)
+            lm.crop(draft_cache, T + len(out) - 1)
+        return out
+
+    return speculative_step_sampled
+
+
+def _is_exact(pool=True, first_only=False, runs_used=1.0, reverse=False, p_value=False):
+    def is_exact(decode, p, runs, significance=1e-3):
+        V, k = p.shape[0], p.dim()
+        n = int(runs * runs_used)
+        counts = torch.zeros(p.numel(), dtype=torch.float64)
+        for _ in range(n):
+            index = 0
+            for t in decode()[:k]:
+                index = index * V + t
+            counts[index] += 1
+        probs = p.flatten().double()
+        if first_only:
+            counts, probs = counts.view(V, -1).sum(1), probs.view(V, -1).sum(1)
+        expected = n * probs
+        if pool:
+            small = expected < 5
+            counts = torch.cat([counts[~small], counts[small].sum()[None]])
+            expected = torch.cat([expected[~small], expected[small].sum()[None]])
+        pvalue = grading.chi_square(counts, expected / expected.sum())[1]
+        if p_value:
+            return pvalue
+        return pvalue < significance if reverse else pvalue >= significance
+
+    return is_exact
+
+
 WRONG = [
     (grading.check_cache_lengths, _lengths(target_offset=1), "counts the new last token"),
     (grading.check_cache_lengths, _lengths(lag=False), "never fed its own last draft"),
@@ -65,6 +127,18 @@ WRONG = [
     (grading.check_greedy_mismatches, _mismatches(length_counts=False), "one token short"),
     (grading.check_greedy_mismatches, _mismatches(offset=1), "position 5 (0-based"),
     (grading.check_greedy_mismatches, lambda t, d, p, n: {}, "did not report"),
+    (grading.check_speculative_step_sampled, _sampled(replace="p"), "replaced from p itself"),
+    (grading.check_speculative_step_sampled, _sampled(replace="q - p"), "residual of q minus p"),
+    (grading.check_speculative_step_sampled, _sampled(accept="inverse"), "probability q/p"),
+    (grading.check_speculative_step_sampled, _sampled(accept="reversed"), "accept when u·q(x) < p(x)"),
+    (grading.check_speculative_step_sampled, _sampled(bonus=False), "gives a bonus token"),
+    (grading.check_speculative_step_sampled, _sampled(warp_draft=False), "the same `warp.probs`"),
+    (grading.check_speculative_step_sampled, _sampled(crop=False), "was not rolled back"),
+    (grading.check_is_exact, _is_exact(pool=False), "pool the cells whose expected count is below 5"),
+    (grading.check_is_exact, _is_exact(first_only=True), "not the first token alone"),
+    (grading.check_is_exact, _is_exact(runs_used=0.1), "only 2000 of the 20000 times allowed"),
+    (grading.check_is_exact, _is_exact(reverse=True), "rejected an EXACT decoder"),
+    (grading.check_is_exact, _is_exact(p_value=True), "compare the p-value with `significance`"),
 ]
 
 
@@ -76,8 +150,19 @@ def test_graders_name_the_mistake(check, answer, hint):
 
 @pytest.mark.parametrize("check, answer", [(grading.check_cache_lengths, _lengths()),
                                            (grading.check_speculative_step, _step()),
-                                           (grading.check_greedy_mismatches, _mismatches())],
+                                           (grading.check_greedy_mismatches, _mismatches()),
+                                           (grading.check_speculative_step_sampled, _sampled()),
+                                           (grading.check_is_exact, _is_exact())],
                          ids=lambda x: getattr(x, "__name__", ""))
 def test_graders_pass_right_answers(check, answer, capsys):
     check(answer)
     assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_new_graders_fail_on_stubs():
+    def stub(*args):
+        raise NotImplementedError("stub: your code here")
+
+    for check in (grading.check_speculative_step_sampled, grading.check_is_exact):
+        with pytest.raises(AssertionError, match="not implemented yet"):
+            check(stub)

@@ -4,7 +4,7 @@ import re
 import pytest
 import torch
 
-from specdec_lab import grading
+from specdec_lab import grading, lm, tree
 from specdec_lab.economics import QWEN25_7B_ON_H100 as GPU
 from specdec_lab.sampling import residual
 
@@ -97,6 +97,36 @@ def _multi_round(kind="right"):
     return multi_round
 
 
+# ---- exercise 5: tree forward and compaction --------------------------------------------------------------
+
+
+def _tree_step(positions="depth", mask_kind="ancestors", compaction="gather"):
+    def forward_tree(model, cache, tokens, parents):
+        n, L = len(parents), lm.cache_len(cache)
+        depth = torch.tensor(tree.tree_depths(parents))
+        pos = {"depth": L + depth, "index": L + torch.arange(n), "plus one": L + depth + 1,
+               "no offset": depth}[positions]
+        mask = tree.tree_mask(parents)
+        if mask_kind == "parent":
+            mask = torch.eye(n, dtype=torch.bool)
+            for i, p in enumerate(parents):
+                if p >= 0:
+                    mask[i, p] = True
+        elif mask_kind == "causal":
+            mask = torch.ones(n, n, dtype=torch.bool).tril()
+        return lm.forward(model, torch.tensor([tokens]), cache, positions=pos, mask=mask)[0]
+
+    def compact(cache, prefix_len, path):
+        if compaction == "gather":
+            lm.gather(cache, list(range(prefix_len)) + [prefix_len + j for j in path])
+        elif compaction == "first slots":
+            lm.crop(cache, prefix_len + len(path))
+        elif compaction == "no root":
+            lm.gather(cache, list(range(prefix_len)) + [prefix_len + j for j in path[1:]])
+
+    return forward_tree, compact
+
+
 WRONG = [
     (grading.check_mask_positions, _mask_positions(mask_kind="transposed"), "transposed"),
     (grading.check_mask_positions, _mask_positions(mask_kind="no self"), "attends to itself"),
@@ -121,6 +151,14 @@ WRONG = [
     (grading.check_multi_round, _multi_round("fallback first residual"), "not from r itself"),
     (grading.check_multi_round, _multi_round("fallback q"), "not distributed as p"),
     (grading.check_multi_round, lambda p, q, x1, x2, generator=None: x2, "return x1"),
+    (grading.check_tree_forward_compact, _tree_step(positions="index"), "prefix_len + the node's index"),
+    (grading.check_tree_forward_compact, _tree_step(positions="plus one"), "one too high"),
+    (grading.check_tree_forward_compact, _tree_step(positions="no offset"), "add the prefix length"),
+    (grading.check_tree_forward_compact, _tree_step(mask_kind="parent"), "ALL its ancestors"),
+    (grading.check_tree_forward_compact, _tree_step(mask_kind="causal"), "the mask is causal"),
+    (grading.check_tree_forward_compact, _tree_step(compaction="first slots"), "kept the first"),
+    (grading.check_tree_forward_compact, _tree_step(compaction="no root"), "root included"),
+    (grading.check_tree_forward_compact, _tree_step(compaction="none"), "still holds all"),
 ]
 
 
@@ -137,7 +175,8 @@ def test_graders_name_the_mistake(check, answer, hint):
 @pytest.mark.parametrize("check, answer", [(grading.check_mask_positions, _mask_positions()),
                                            (grading.check_verify_tree_greedy, _walk()),
                                            (grading.check_tree_size, (_count(), _cost())),
-                                           (grading.check_multi_round, _multi_round())],
+                                           (grading.check_multi_round, _multi_round()),
+                                           (grading.check_tree_forward_compact, _tree_step())],
                          ids=lambda x: getattr(x, "__name__", ""))
 def test_graders_pass_right_answers(check, answer, capsys):
     _run(check, answer)
@@ -149,6 +188,7 @@ def test_graders_fail_on_stubs():
         raise NotImplementedError("stub: your code here")
 
     for check, answer in [(grading.check_mask_positions, stub), (grading.check_verify_tree_greedy, stub),
-                          (grading.check_tree_size, (stub, stub)), (grading.check_multi_round, stub)]:
+                          (grading.check_tree_size, (stub, stub)), (grading.check_multi_round, stub),
+                          (grading.check_tree_forward_compact, (stub, stub))]:
         with pytest.raises(AssertionError, match="not implemented yet"):
             _run(check, answer)

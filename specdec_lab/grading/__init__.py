@@ -16,9 +16,10 @@ from specdec_lab.grading.ch01 import (FOUR_P, FOUR_Q, FOUR_TOKENS, check_accept_
                                       check_residual, check_verify_chain)
 from specdec_lab.grading.ch02 import (SWEEP_ALPHA, SWEEP_C, SWEEP_GAMMAS, check_crossover_batch, check_expected_tokens,
                                       check_optimal_gamma, check_speedup)
-from specdec_lab.grading.ch03 import check_cache_lengths, check_greedy_mismatches, check_speculative_step
-from specdec_lab.grading.ch04 import (MULTI_P, MULTI_Q, check_mask_positions, check_multi_round, check_tree_size,
-                                      check_verify_tree_greedy)
+from specdec_lab.grading.ch03 import (check_cache_lengths, check_greedy_mismatches, check_is_exact,
+                                      check_speculative_step, check_speculative_step_sampled)
+from specdec_lab.grading.ch04 import (MULTI_P, MULTI_Q, check_mask_positions, check_multi_round,
+                                      check_tree_forward_compact, check_tree_size, check_verify_tree_greedy)
 from specdec_lab.grading.ch05 import check_candidate_tree, check_medusa_head, check_medusa_loss
 from specdec_lab.grading.ch06 import check_eagle_forward, check_expand, check_ttt_unroll
 from specdec_lab.grading.ch07 import check_jacobi_iteration, check_ngram_draft, check_pool_update
@@ -42,9 +43,11 @@ __all__ = [
     "SWEEP_ALPHA", "SWEEP_C", "SWEEP_GAMMAS", "check_expected_tokens", "check_speedup", "check_optimal_gamma",
     "check_crossover_batch",
     # ch03: draft model and target
-    "check_cache_lengths", "check_speculative_step", "check_greedy_mismatches",
+    "check_cache_lengths", "check_speculative_step", "check_greedy_mismatches", "check_speculative_step_sampled",
+    "check_is_exact",
     # ch04: tree drafts and tree attention
     "MULTI_P", "MULTI_Q", "check_mask_positions", "check_verify_tree_greedy", "check_tree_size", "check_multi_round",
+    "check_tree_forward_compact",
     # ch05: Medusa
     "check_medusa_head", "check_medusa_loss", "check_candidate_tree",
     # ch06: EAGLE

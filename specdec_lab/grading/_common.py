@@ -202,3 +202,19 @@ def grader(fn: Callable) -> Callable:
             raise e.with_traceback(_learner_frames(e.__traceback__))
 
     return grade
+
+
+# ---- a tiny model of any vocabulary (chapters 03 and 04: exact distributions need a small vocabulary) ------
+
+
+def tiny_llama(vocab: int, hidden: int = 32, layers: int = 1, seed: int = 0, init: float = 0.2):
+    """A tiny random Llama in fp32, the same for the same arguments (its weights come from `seed`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                             num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=128, initializer_range=init, eos_token_id=None,
+                             bos_token_id=None, pad_token_id=None)
+        return LlamaForCausalLM(config).eval()

@@ -8,6 +8,15 @@
    both caches at the right length after every step.
 3. `check_greedy_mismatches`: the learner's comparison with greedy decoding finds nothing for the library's
    `generate` and the first wrong position for a decoder with a wrong token, one too few and one too many.
+4. `check_speculative_step_sampled`: one SAMPLED speculative step on tiny random Llamas with an 8-token vocabulary:
+   with the target as its own draft every draft must pass (γ + 1 tokens a step, else the warps differ or the
+   bonus is missing); with an unrelated draft, over many seeded runs, the first token and the first two tokens
+   must follow the target's exact distribution (chi-square; the exact distributions of typical wrong rules name
+   the mistake), and both caches must be rolled back after every step.
+5. `check_is_exact`: the learner's own exactness test must accept three exact decoders (speculative sampling with
+   different drafts and γ, and plain sampling) and reject two subtly biased ones (the replacement drawn from p,
+   the bonus token drawn from q) on a long-tailed 16-token Markov target, at significance 1e-3, with the runs
+   allowed; the decoders are plain Python with seeded generators, so the verdicts are fixed.
 
 The library keeps the cache lengths inside `generate` and `DraftModelDrafter` (no function returns them), so
 the grader states them itself, and `_greedy_accepted` counts a step's matching drafts with plain forwards.
@@ -15,7 +24,9 @@ the grader states them itself, and `_greedy_accepted` counts a step's matching d
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
+from itertools import accumulate
 
 import torch
 from torch import Tensor
@@ -23,7 +34,10 @@ from torch import Tensor
 from specdec_lab import lm, measure
 from specdec_lab.decoding import generate
 from specdec_lab.drafters import DraftModelDrafter
-from specdec_lab.grading._common import call, check, grader, one_thread, passed, seeded, tiny_pair
+from specdec_lab.grading._common import (P_VALUE_MIN, call, check, chi_square, fmt, grader, one_thread, passed,
+                                         seeded, tiny_llama, tiny_pair)
+from specdec_lab.sampling import Warp
+from specdec_lab.sampling import residual as _residual
 
 
 @grader
@@ -48,7 +62,8 @@ def check_cache_lengths(cache_lengths_after: Callable[[int, int, int], tuple]) -
             check(target_keeps != committed + gamma, f"{case}: target_keeps = {target_keeps} is everything the "
                   "verify pass wrote: the KV of rejected drafts must be dropped")
             check(False, f"{case}: target_keeps = {target_keeps}; the text now has {new_len} tokens "
-                  f"({committed} + {accepted} accepted + 1 from the target)")
+                  f"({committed} + {accepted} accepted + 1 from the target); notebook 03, section 2, derives what "
+                  "the cache keeps")
         if draft_keeps != want_draft:
             if accepted == gamma:
                 check(False, f"{case}: draft_keeps = {draft_keeps}, but with every draft accepted the draft model "
@@ -56,7 +71,8 @@ def check_cache_lengths(cache_lengths_after: Callable[[int, int, int], tuple]) -
                       "draft, so its cache lags one token behind the target's")
             check(draft_keeps != committed + gamma - 1, f"{case}: draft_keeps = {draft_keeps} keeps the KV of "
                   "drafts that were rejected; crop it to the committed length minus 1")
-            check(False, f"{case}: draft_keeps = {draft_keeps}, expected {want_draft}")
+            check(False, f"{case}: draft_keeps = {draft_keeps}, expected {want_draft}: count what the draft model "
+                  "has fed itself, and which of it the new text keeps (notebook 03, section 2)")
     passed("exercise 1: the target keeps committed - 1 positions; the draft the same, or one fewer when "
            "every draft was accepted")
 
@@ -177,3 +193,268 @@ def _check_greedy_mismatches(greedy_mismatches: Callable) -> None:
               "the reference ends")
         check(0 not in got, f"got {got}: prompt 0 matches, leave it out")
     passed(f"exercise 3: greedy_mismatches finds a wrong token, a short and a long output ({want})")
+
+
+# ---- exercise 4: the sampled step ---------------------------------------------------------------------------
+
+SAMPLED_VOCAB = 8  # small enough to enumerate the target's distribution of two tokens exactly
+
+
+def _pooled_p_value(counts: Tensor, probs: Tensor, min_expected: float = 5.0) -> float:
+    """Pearson's chi-square p-value, cells with expected count < min_expected pooled into one."""
+    counts, probs = counts.double().flatten(), probs.double().flatten()
+    if counts[probs == 0].sum() > 0:
+        return 0.0
+    expected = counts.sum() * probs
+    small = expected < min_expected
+    c = torch.cat([counts[~small], counts[small].sum()[None]])
+    e = torch.cat([expected[~small], expected[small].sum()[None]])
+    return chi_square(c, e / e.sum())[1]
+
+
+def _first_token_outcomes(p: Tensor, q: Tensor) -> dict[str, Tensor]:
+    """Exact distributions of a step's first token under typical wrong rules (the right rule's is p): x ~ q is
+    accepted with probability a(x), else replaced from r."""
+    res = _residual(p, q)
+
+    def emit(a: Tensor, r: Tensor) -> Tensor:
+        kept = q * a
+        return kept + (1 - kept.sum()) * r
+
+    ratio = torch.where(q > 0, p / q.clamp_min(1e-30), torch.ones_like(p)).clamp(max=1)  # min(1, p/q)
+    inverse = torch.where(p > 0, q / p.clamp_min(1e-30), torch.ones_like(p)).clamp(max=1)  # min(1, q/p)
+    return {
+        "replace from p": emit(ratio, p),
+        "replace from residual(q, p)": emit(ratio, _residual(q, p)),
+        "accept with q/p": emit(inverse, res),
+        "reversed test": emit(1 - ratio, res),
+        "accept with p(x)": emit(p, res),
+    }
+
+
+_SAMPLED_HINTS = {
+    "replace from p": "a rejected draft is replaced from p itself; it must come from the residual of p and q (what "
+                      "the accepted drafts leave missing of p: notebook 01, section 2), or the tokens p favours "
+                      "are emitted too often",
+    "replace from residual(q, p)": "the replacement comes from the residual of q minus p; it is p minus q",
+    "accept with q/p": "drafts are accepted with probability q/p; the ratio is p over q (u·q(x) < p(x))",
+    "reversed test": "the accept test is reversed: a draft is accepted when u·q(x) >= p(x), i.e. with "
+                     "probability 1 - p/q; accept when u·q(x) < p(x)",
+    "accept with p(x)": "drafts are accepted with probability p(x); it is p(x)/q(x) (u·q(x) < p(x)), capped at 1",
+}
+
+
+@grader
+def check_speculative_step_sampled(speculative_step_sampled: Callable) -> None:
+    """Exercise 03.4: speculative_step_sampled(target, draft, ids, target_cache, draft_cache, gamma, warp) ->
+    emitted tokens, distributed as the target's own sampling."""
+    with one_thread(), torch.random.fork_rng():
+        torch.manual_seed(0)  # a learner who draws from the global generator still gets a fixed run
+        _check_speculative_step_sampled(speculative_step_sampled)
+
+
+def _sampled_step(fn: Callable, target, draft, ids: Tensor, tc, dc, gamma: int, warp: Warp, case: str) -> list[int]:
+    """One call of the learner's step, its output and both caches checked."""
+    T = ids.shape[1]
+    with torch.no_grad():
+        out = call(fn, target, draft, ids, tc, dc, gamma, warp)
+    check(isinstance(out, (list, tuple)) and all(isinstance(t, int) for t in out),
+          f"{case}: speculative_step_sampled should return a list of ints, got {out!r}")
+    check(1 <= len(out) <= gamma + 1, f"{case}: {len(out)} tokens returned; a step emits the accepted drafts plus "
+          "exactly one token of the target's own (1 to γ+1)")
+    check(ids.shape[1] == T, f"{case}: speculative_step_sampled changed `ids` in place; return the new tokens")
+    check(all(0 <= t < SAMPLED_VOCAB for t in out), f"{case}: returned {list(out)}, outside the vocabulary")
+    new_T, accepted = T + len(out), len(out) - 1
+    check(lm.cache_len(tc) <= new_T - 1, f"{case}: the target cache holds {lm.cache_len(tc)} positions after a step "
+          f"that left a {new_T}-token text: the cache was not rolled back; crop it to {new_T - 1} (the KV of "
+          "rejected drafts must go, and the new last token stays pending)")
+    check(lm.cache_len(tc) == new_T - 1, f"{case}: the target cache holds {lm.cache_len(tc)} positions for a "
+          f"{new_T}-token text, expected {new_T - 1} (exercise 1)")
+    want_draft = new_T - 2 if accepted == gamma else new_T - 1
+    check(lm.cache_len(dc) == want_draft, f"{case}: {accepted} of {gamma} drafts accepted, the draft cache holds "
+          f"{lm.cache_len(dc)} positions, expected {want_draft}"
+          + (" (it never fed its own last draft)" if accepted == gamma else
+             ": roll it back to the committed length minus 1, as exercise 1 computed"))
+    return list(out)
+
+
+@torch.no_grad()
+def _check_speculative_step_sampled(fn: Callable) -> None:
+    V = SAMPLED_VOCAB
+    target = tiny_llama(V, hidden=32, layers=2, seed=31)
+    other = tiny_llama(V, hidden=32, layers=1, seed=37)
+    # 1. the target as its own draft, one warp for both: p == q at every position, so every draft passes
+    for gamma, n, n_steps in [(3, 5, 4), (1, 3, 3)]:
+        warp = Warp(0.7, top_k=5, generator=seeded(300 + gamma))
+        ids = torch.randint(0, V, (1, n), generator=seeded(310 + n))
+        tc, dc, lengths = lm.new_cache(target), lm.new_cache(target), []
+        for step in range(n_steps):
+            case = f"draft = the target itself, gamma = {gamma}, warp = (T 0.7, top-k 5), step {step}"
+            out = _sampled_step(fn, target, target, ids, tc, dc, gamma, warp, case)
+            lengths.append(len(out))
+            ids = torch.cat([ids, torch.tensor([out])], 1)
+        if any(k != gamma + 1 for k in lengths):
+            case = f"draft = the target itself, gamma = {gamma}, warp = (T 0.7, top-k 5)"
+            check(any(k != gamma for k in lengths), f"{case}: every step emitted only {gamma} tokens; the draft is "
+                  "the target (p == q), so all drafts pass, and then the target's last row gives a bonus token: "
+                  "draw it from p at that row (a step emits 1 to γ+1 tokens)")
+            check(False, f"{case}: the steps emitted {lengths} tokens, though the draft is the target itself: "
+                  f"p == q, so all {gamma} drafts must pass and every step emit {gamma + 1}. Warp both models' "
+                  "logits with the same `warp.probs` (temperature, top-k) and accept when u·q(x) < p(x)")
+    # 2. an unrelated draft: the first token and the first two follow the target's exact distribution
+    warp = Warp(1.0, generator=seeded(320))
+    gamma, runs = 2, 400
+    ids0 = torch.randint(0, V, (1, 4), generator=seeded(321))
+    p1 = warp.probs(lm.forward(target, ids0)[0, -1]).double()  # [V]
+    q1 = warp.probs(lm.forward(other, ids0)[0, -1]).double()  # [V]
+    two = torch.cat([ids0.expand(V, -1), torch.arange(V)[:, None]], 1)  # [V, 5]
+    joint = p1[:, None] * warp.probs(lm.forward(target, two)[:, -1]).double()  # [V, V] P(t1, t2)
+    firsts, pairs, steps = torch.zeros(V), torch.zeros(V * V), 0
+    for run in range(runs):
+        ids, tc, dc, got = ids0.clone(), lm.new_cache(target), lm.new_cache(other), []
+        while len(got) < 2:
+            case = f"draft = an unrelated model, gamma = {gamma}, warp = (T 1.0), run {run}, step {steps}"
+            out = _sampled_step(fn, target, other, ids, tc, dc, gamma, warp, case)
+            got += out
+            ids = torch.cat([ids, torch.tensor([out])], 1)
+            steps += 1
+        firsts[got[0]] += 1
+        pairs[got[0] * V + got[1]] += 1
+    pv = _pooled_p_value(firsts, p1)
+    if pv < P_VALUE_MIN:
+        shown = f"over {runs} runs the first token has frequencies {fmt((firsts / runs).tolist(), 2)}, the target's " \
+                f"p = {fmt(p1.tolist(), 2)} (chi-square p-value {pv:.2g})"
+        for name, dist in _first_token_outcomes(p1, q1).items():
+            if _pooled_p_value(firsts, dist) > 1e-3:
+                check(False, f"{shown}: {_SAMPLED_HINTS[name]}")
+        check(False, f"{shown}: the first emitted token must follow p whatever the draft: sample each draft from q "
+              "(the draft's warped distribution), accept when u·q(x) < p(x), else draw from the residual")
+    pv2 = _pooled_p_value(pairs, joint)
+    check(pv2 >= P_VALUE_MIN, f"over {runs} runs the first token follows p, but the first TWO tokens do not follow "
+          f"the target's joint distribution (chi-square p-value {pv2:.2g}): check the token after an accepted "
+          "draft (the next row of p, with the accepted draft in the context), the bonus token (drawn from p at "
+          "the last row) and what the next step reads from the rolled-back caches")
+    passed(f"exercise 4: every draft passes when the draft is the target; over {runs} runs with an unrelated "
+           "draft the first token and the first two follow the target's distribution (chi-square); caches rolled "
+           "back after every step")
+
+
+# ---- exercise 5: an exactness test of one's own ---------------------------------------------------------------
+
+EXACT_VOCAB, EXACT_TOKENS, EXACT_RUNS, EXACT_SIGNIFICANCE = 16, 3, 20_000, 1e-3
+
+
+def _markov_pair(seed: int, shift: float) -> tuple[list[list[float]], list[list[float]]]:
+    """A long-tailed Markov target P[prev][next] (two common tokens, fourteen rare ones) and a draft Q that moves
+    `shift` of the probability between the two common tokens (Q differs from P by TV = shift)."""
+    g = seeded(seed)
+    P, Q = [], []
+    for _ in range(EXACT_VOCAB):
+        rare = 0.02 * torch.rand(EXACT_VOCAB - 2, generator=g, dtype=torch.float64)
+        rare = rare / rare.sum() * 0.02  # the tail: 2% of the mass over 14 tokens
+        a = 0.45 + 0.2 * float(torch.rand((), generator=g, dtype=torch.float64))
+        row = [a * 0.98, (1 - a) * 0.98] + rare.tolist()
+        P.append(row)
+        Q.append([row[0] - shift, row[1] + shift] + row[2:])
+    return P, Q
+
+
+def _markov_joint(P: list[list[float]], start: int = 0) -> Tensor:
+    """The target's exact probability of its first EXACT_TOKENS tokens after `start`: [V, V, V] float64."""
+    T = torch.tensor(P, dtype=torch.float64)  # [V, V]
+    return T[start][:, None, None] * T[:, :, None] * T[None, :, :]
+
+
+def _markov_decoder(P, Q, gamma: int, seed: int, mistake: str | None = None) -> Callable[[], list[int]]:
+    """decode() -> the first EXACT_TOKENS tokens of one run of speculative sampling of the Markov target P with
+    the draft Q and `gamma` drafts a step (0: plain sampling from P); `mistake` biases it."""
+    rng, V = random.Random(seed), range(EXACT_VOCAB)
+    cum = {"P": [list(accumulate(r)) for r in P], "Q": [list(accumulate(r)) for r in Q]}
+    res = []
+    for p_row, q_row in zip(P, Q):
+        pos = [max(a - b, 0.0) for a, b in zip(p_row, q_row)]
+        res.append(list(accumulate(x / sum(pos) for x in pos)) if sum(pos) > 0 else cum["P"][len(res)])
+
+    def draw(table, ctx):
+        return rng.choices(V, cum_weights=table[ctx])[0]
+
+    def decode() -> list[int]:
+        prev, out = 0, []
+        while len(out) < EXACT_TOKENS:
+            if gamma == 0:
+                out.append(draw(cum["P"], prev))
+                prev = out[-1]
+                continue
+            drafts, ctx = [], prev
+            for _ in range(gamma):
+                drafts.append(draw(cum["Q"], ctx))
+                ctx = drafts[-1]
+            ctx = prev
+            for x in drafts:
+                if rng.random() * Q[ctx][x] < P[ctx][x]:
+                    out.append(x)
+                    ctx = x
+                else:
+                    out.append(draw(cum["P"] if mistake == "replace from p" else res, ctx))
+                    break
+            else:
+                out.append(draw(cum["Q"] if mistake == "bonus from q" else cum["P"], ctx))
+            prev = out[-1]
+        return out[:EXACT_TOKENS]
+
+    return decode
+
+
+_EXACT_CASES = [  # (what the decoder is, draft shift, gamma, seed, mistake)
+    ("speculative sampling with a close draft (TV 0.05), γ = 3", 0.05, 3, 501, None),
+    ("speculative sampling with a far draft (TV 0.3), γ = 2", 0.3, 2, 502, None),
+    ("plain sampling from the target", 0.0, 0, 503, None),
+    ("speculative sampling whose rejected drafts are replaced from p instead of the residual "
+     "(draft TV 0.055, γ = 2)", 0.055, 2, 506, "replace from p"),
+    ("speculative sampling whose bonus token is drawn from the draft's q instead of p (draft TV 0.05, γ = 1): "
+     "its first token is exact, the second is not", 0.05, 1, 505, "bonus from q"),
+]
+
+
+@grader
+def check_is_exact(is_exact: Callable) -> None:
+    """Exercise 03.5: is_exact(decode, p, runs, significance) -> True when decode's output follows p."""
+    P, _ = _markov_pair(500, 0.0)
+    joint = _markov_joint(P)
+    verdicts = []
+    for what, shift, gamma, seed, mistake in _EXACT_CASES:
+        _, Q = _markov_pair(500, shift)
+        decode, calls = _markov_decoder(P, Q, gamma, seed, mistake), [0]
+
+        def counted():
+            calls[0] += 1
+            return decode()
+
+        got = call(is_exact, counted, joint.clone(), EXACT_RUNS, EXACT_SIGNIFICANCE)
+        check(isinstance(got, bool) or (isinstance(got, Tensor) and got.numel() == 1 and got.dtype == torch.bool),
+              f"is_exact should return True or False, got {got!r}" + (": compare the p-value with `significance`"
+                                                                      if isinstance(got, float) else ""))
+        got, want = bool(got), mistake is None
+        check(calls[0] <= EXACT_RUNS, f"is_exact called decode {calls[0]} times; `runs` = {EXACT_RUNS} allows no more")
+        if got != want:
+            verdict = "rejected an EXACT" if want else "accepted a biased"
+            check(calls[0] == EXACT_RUNS, f"is_exact {verdict} decoder ({what}) after calling decode only "
+                  f"{calls[0]} of the {EXACT_RUNS} times allowed: with fewer runs a small bias hides in the noise; "
+                  "use every run")
+            if want:
+                check(False, f"is_exact rejected an EXACT decoder ({what}) at significance {EXACT_SIGNIFICANCE}: a "
+                      "false alarm. Reject only when the p-value is BELOW significance, compare with runs · p over "
+                      "every cell (a sequence p gives probability 0 is the only certain rejection), and pool the "
+                      "cells whose expected count is below 5 into one (notebook 03, section 3)")
+            if mistake == "bonus from q":
+                check(False, f"is_exact accepted a biased decoder ({what}). Test the joint distribution of all "
+                      f"{EXACT_TOKENS} tokens each run returns (p has one dimension per token), not the first token "
+                      "alone")
+            check(False, f"is_exact accepted a biased decoder ({what}): its bias is small but detectable with "
+                  f"{EXACT_RUNS} runs. Compare the counts of every returned sequence with runs · p by Pearson's "
+                  f"chi-square, and pool the cells whose expected count is below 5 into one: over {joint.numel()} "
+                  "cells that mostly expect far less than one count, an unpooled statistic says little (notebook "
+                  "03, section 3). Reject when the p-value is below significance.")
+        verdicts.append(got)
+    passed(f"exercise 5: is_exact accepts the {sum(verdicts)} exact decoders and rejects the "
+           f"{len(verdicts) - sum(verdicts)} biased ones ({EXACT_RUNS} runs each, significance {EXACT_SIGNIFICANCE})")

@@ -10,6 +10,12 @@
    token must follow p (chi-square); `_two_round_outcomes` gives the exact distributions of three typical
    wrong rules, so the hint can name the one the learner wrote.
 
+5. `check_tree_forward_compact`: one forward over a rooted tree after a cached prefix (tiny random Llama, fp32):
+   every node's logits must equal a fresh forward of the prefix and its root-to-node path alone (atol 1e-4), and
+   after compaction to an accepted path the cache must give the next token's logits of a fresh forward of the
+   committed text; the library's forwards with wrong positions or masks, and a crop instead of a gather, name the
+   mistake.
+
 The wrong answers the hints name are the mistakes themselves (a transposed or causal mask, positions by
 index, a child compared with its own row, a verify pass without the pending token).
 """
@@ -22,10 +28,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from specdec_lab import economics, tree
+from specdec_lab import economics, lm, tree
 from specdec_lab.economics import QWEN25_7B_ON_H100
-from specdec_lab.grading._common import (P_VALUE_MIN, call, check, chi_square, counts_of, fmt, grader, passed,
-                                         seeded, token)
+from specdec_lab.grading._common import (P_VALUE_MIN, call, check, chi_square, counts_of, fmt, grader, one_thread,
+                                         passed, seeded, tiny_llama, token)
 from specdec_lab.sampling import residual as _residual
 
 
@@ -172,7 +178,8 @@ def check_tree_size(count_nodes: Callable[[list[int]], int], verify_cost: Callab
             check(got != widths[-1], f"count_nodes({branching}) = {got} counts only the last level; add every level")
             check(got != sum(branching), f"count_nodes({branching}) = {got} is the sum of the branching factors; "
                   "level l has b0·b1·…·bl nodes (every node of the level above has bl children)")
-            check(False, f"count_nodes({branching}) = {got}, expected {want} (levels of {widths} nodes)")
+            check(False, f"count_nodes({branching}) = {got}, expected {want}, levels of {widths} nodes (notebook 04, "
+                  "section 7)")
     for branching, batch in [([2, 2, 1, 1], 1), ([2, 2, 1, 1], 64), ([3, 3, 2], 64), ([1, 1, 1, 1], 128),
                              ([3, 3, 2], 256), ([4, 2], 16)]:
         n = economics.tree_nodes(branching)
@@ -186,7 +193,8 @@ def check_tree_size(count_nodes: Callable[[list[int]], int], verify_cost: Callab
                   "down: divide the pass's time by the decode step's")
             check(abs(got - gpu.step_time(batch, batch * (1 + n)) / gpu.step_time(batch, 1)) > 1e-6, f"{case}: "
                   "step_time(batch, tokens_per_request) already multiplies by the batch; pass 1 + nodes per request")
-            check(False, f"{case}, expected {want:.4g} = step_time(batch, 1 + nodes) / step_time(batch, 1)")
+            check(False, f"{case}, expected {want:.4g} = step_time(batch, 1 + nodes) / step_time(batch, 1) "
+                  "(notebook 04, section 7)")
     passed("exercise 3: [2, 2, 1, 1] has 14 nodes, [3, 3, 2] has 30; at batch 64 verifying them costs "
            f"{gpu.verify_cost(14, 64):.1f} and {gpu.verify_cost(30, 64):.1f} decode steps")
 
@@ -249,3 +257,127 @@ def check_multi_round(multi_round: Callable) -> None:
               f"(chi-square p-value {pvalue:.2g}). Round 1: accept x1 if u·q(x1) < p(x1); else p <- "
               "residual(p, q); round 2 the same with the new p; both rejected: draw from the last residual")
     passed(f"exercise 4: over {draws} draws the emitted token follows p (chi-square p-value {pvalue:.2f})")
+
+
+# ---- exercise 5: one forward over the tree, then compaction ----------------------------------------------------
+
+TREE_VOCAB = 40
+
+
+def _variant_logits(model, prefix: Tensor, tokens: list[int], parents: list[int], kind: str) -> Tensor:
+    """[n, V] the tree forward as a typical mistake computes it (kind "right": as it should)."""
+    n, L = len(parents), prefix.shape[1]
+    depth = torch.tensor(tree.tree_depths(parents))
+    mask, positions = tree.tree_mask(parents), L + depth
+    if kind == "index":
+        positions = L + torch.arange(n)
+    elif kind == "no offset":
+        positions = depth
+    elif kind == "plus one":
+        positions = L + depth + 1
+    elif kind == "causal":
+        mask = torch.ones(n, n, dtype=torch.bool).tril()
+    elif kind == "parent only":
+        mask = torch.eye(n, dtype=torch.bool)
+        for i, p in enumerate(parents):
+            if p >= 0:
+                mask[i, p] = True
+    cache = lm.new_cache(model)
+    lm.forward(model, prefix, cache)
+    return lm.forward(model, torch.tensor([tokens]), cache, positions=positions, mask=mask)[0]
+
+
+_TREE_HINTS = {
+    "index": "the positions are prefix_len + the node's index; a node sits at prefix_len + its depth (siblings "
+             "share a position, as in their own paths)",
+    "no offset": "the positions are the depths alone; add the prefix length (the cache's length)",
+    "plus one": "the positions are one too high: the root (node 0) comes right after the prefix, at prefix_len",
+    "causal": "the mask is causal: a node would see its siblings and cousins; it may see only its ancestors and "
+              "itself",
+    "parent only": "a node sees only itself and its parent; it must see ALL its ancestors, up to the root",
+}
+
+
+@grader
+def check_tree_forward_compact(forward_tree: Callable, compact: Callable) -> None:
+    """Exercise 04.5: forward_tree(model, cache, tokens, parents) -> [n, V] logits; compact(cache, prefix_len, path)."""
+    with one_thread(), torch.no_grad():
+        _check_tree_forward_compact(forward_tree, compact)
+
+
+def _check_tree_forward_compact(forward_tree: Callable, compact: Callable) -> None:
+    model = tiny_llama(TREE_VOCAB, hidden=32, layers=2, seed=44)
+    g = seeded(45)
+    shapes = [([-1, 0, 0, 1, 1, 2], 5), ([-1, 0, 1, 2], 3), ([-1, 0, 0, 0], 7)]
+    shapes += [([-1] + [p + 1 for p in _random_tree(n, g)], L) for n, L in ((7, 4), (10, 9))]
+    nodes = 0
+    for parents, L in shapes:
+        n = len(parents)
+        prefix = torch.randint(0, TREE_VOCAB, (1, L), generator=g)
+        tokens = torch.randint(0, TREE_VOCAB, (n,), generator=g).tolist()
+        case = f"a {L}-token prefix, parents = {parents}"
+        cache = lm.new_cache(model)
+        lm.forward(model, prefix, cache)
+        out = call(forward_tree, model, cache, list(tokens), list(parents))
+        check(isinstance(out, Tensor) and out.shape == (n, TREE_VOCAB), f"{case}: forward_tree should return "
+              f"[n, V] = [{n}, {TREE_VOCAB}] logits, got {list(out.shape) if isinstance(out, Tensor) else out!r}")
+        check(lm.cache_len(cache) == L + n, f"{case}: after forward_tree the cache holds {lm.cache_len(cache)} "
+              f"positions; it should hold the prefix and every node ({L} + {n}): feed all nodes in ONE forward "
+              "with the cache")
+        ancestry = []
+        for i in range(n):
+            path, node = [], i
+            while node >= 0:
+                path.append(node)
+                node = parents[node]
+            ancestry.append(path[::-1])
+        fresh = torch.stack([lm.forward(model, torch.cat([prefix, torch.tensor([[tokens[j] for j in path]])], 1))[0, -1]
+                             for path in ancestry])  # [n, V] each node's path alone
+        bad = [i for i in range(n) if not torch.allclose(out[i].float(), fresh[i], atol=1e-4)]
+        if bad:
+            for kind, hint in _TREE_HINTS.items():
+                wrong = _variant_logits(model, prefix, tokens, parents, kind)
+                if torch.allclose(out.float(), wrong, atol=1e-4):
+                    check(False, f"{case}: {hint} (notebook 04, section 2)")
+            i = bad[0]
+            check(False, f"{case}: node {i}'s logits differ from a fresh forward of the prefix and its path "
+                  f"{ancestry[i]} alone (max difference {float((out[i] - fresh[i]).abs().max()):.3g}): each node "
+                  "must see the cached prefix, its ancestors and itself, at the positions it has in its own path")
+        nodes += n
+        # compaction: accept the path to the deepest node with the highest index (not a prefix of the nodes,
+        # unless the tree is a chain), and the root alone
+        for path in (ancestry[max(range(n), key=lambda i: (len(ancestry[i]), i))], [0]):
+            c2 = lm.new_cache(model)
+            lm.forward(model, prefix, c2)
+            lm.forward(model, torch.tensor([tokens]), c2, positions=L + torch.tensor(tree.tree_depths(parents)),
+                       mask=tree.tree_mask(parents))
+            crop_variant = c2
+            mine = cache if path != [0] else None
+            if mine is None:  # the second compaction starts again from a fresh tree forward
+                mine = lm.new_cache(model)
+                lm.forward(model, prefix, mine)
+                call(forward_tree, model, mine, list(tokens), list(parents))
+            pcase = f"{case}, accepted path {path}"
+            got = call(compact, mine, L, list(path))
+            check(got is None, f"{pcase}: compact should change the cache in place and return None, got {got!r}")
+            k = lm.cache_len(mine)
+            check(k != L + n or len(path) == n, f"{pcase}: after compact the cache still holds all {L + n} "
+                  "positions: keep only the prefix and the path's nodes")
+            check(k == L + len(path), f"{pcase}: after compact the cache holds {k} positions; the committed text "
+                  f"but its new last token is the prefix and the path's {len(path)} nodes (root included): "
+                  f"{L + len(path)}")
+            bonus = int(torch.randint(0, TREE_VOCAB, (1,), generator=g))
+            text = torch.cat([prefix, torch.tensor([[tokens[j] for j in path] + [bonus]])], 1)
+            want = lm.forward(model, text)[0, -1]  # [V] a fresh forward of the committed text
+            got_next = lm.forward(model, torch.tensor([[bonus]]), mine)[0, -1]
+            if not torch.allclose(got_next, want, atol=1e-4):
+                lm.crop(crop_variant, L + len(path))
+                first_k = lm.forward(model, torch.tensor([[bonus]]), crop_variant)[0, -1]
+                check(not torch.allclose(got_next, first_k, atol=1e-4), f"{pcase}: compact kept the first "
+                      f"{len(path)} slots after the prefix; the path's nodes are not those: node j's K/V sits at "
+                      "prefix_len + j, keep exactly the path's (notebook 04, section 5)")
+                check(False, f"{pcase}: after compact, the next token's logits differ from a fresh forward of the "
+                      "committed text (max difference "
+                      f"{float((got_next - want).abs().max()):.3g}): keep the prefix, then the path's nodes in order")
+    passed(f"exercise 5: every one of {nodes} nodes' logits equal its path alone; after compaction the cache "
+           "reads the next token as a fresh forward of the committed text")
