@@ -21,7 +21,8 @@ from specdec_lab.grading.ch04 import (MULTI_P, MULTI_Q, check_mask_positions, ch
                                       check_verify_tree_greedy)
 from specdec_lab.grading.ch05 import check_candidate_tree, check_medusa_head, check_medusa_loss
 from specdec_lab.grading.ch06 import check_eagle_forward, check_expand, check_ttt_unroll
-from specdec_lab.grading.ch07 import check_jacobi_iteration, check_ngram_draft, check_pool_update
+from specdec_lab.grading.ch07 import (check_jacobi_iteration, check_lookahead_mask, check_ngram_draft,
+                                      check_pool_update)
 from specdec_lab.grading.ch08 import check_sglang_flags, check_summarize, check_switch_off
 from specdec_lab.grading.ch09 import check_choose_gamma, check_commit_batch
 
@@ -49,7 +50,7 @@ __all__ = [
     # ch06: EAGLE
     "check_eagle_forward", "check_expand", "check_ttt_unroll",
     # ch07: drafting without a drafter
-    "check_ngram_draft", "check_jacobi_iteration", "check_pool_update",
+    "check_ngram_draft", "check_jacobi_iteration", "check_pool_update", "check_lookahead_mask",
     # ch08: the showdown
     "check_summarize", "check_switch_off", "check_sglang_flags",
     # ch09: serving
