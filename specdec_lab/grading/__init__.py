@@ -20,7 +20,7 @@ from specdec_lab.grading.ch03 import check_cache_lengths, check_greedy_mismatche
 from specdec_lab.grading.ch04 import (MULTI_P, MULTI_Q, check_mask_positions, check_multi_round, check_tree_size,
                                       check_verify_tree_greedy)
 from specdec_lab.grading.ch05 import check_candidate_tree, check_medusa_head, check_medusa_loss
-from specdec_lab.grading.ch06 import check_eagle_forward, check_expand, check_ttt_unroll
+from specdec_lab.grading.ch06 import check_dynamic_tree, check_eagle_forward, check_expand, check_ttt_unroll
 from specdec_lab.grading.ch07 import (check_jacobi_iteration, check_lookahead_mask, check_ngram_draft,
                                       check_pool_update)
 from specdec_lab.grading.ch08 import check_sglang_flags, check_summarize, check_switch_off
@@ -48,7 +48,7 @@ __all__ = [
     # ch05: Medusa
     "check_medusa_head", "check_medusa_loss", "check_candidate_tree",
     # ch06: EAGLE
-    "check_eagle_forward", "check_expand", "check_ttt_unroll",
+    "check_eagle_forward", "check_expand", "check_ttt_unroll", "check_dynamic_tree",
     # ch07: drafting without a drafter
     "check_ngram_draft", "check_jacobi_iteration", "check_pool_update", "check_lookahead_mask",
     # ch08: the showdown
