@@ -15,7 +15,7 @@ from specdec_lab.grading.ch00 import check_free_tokens, check_gpu_answer, check_
 from specdec_lab.grading.ch01 import (FOUR_P, FOUR_Q, FOUR_TOKENS, check_accept_or_replace, check_four_token,
                                       check_residual, check_verify_chain)
 from specdec_lab.grading.ch02 import (SWEEP_ALPHA, SWEEP_C, SWEEP_GAMMAS, check_crossover_batch, check_expected_tokens,
-                                      check_optimal_gamma, check_speedup)
+                                      check_measured_speedup, check_optimal_gamma, check_speedup)
 from specdec_lab.grading.ch03 import check_cache_lengths, check_greedy_mismatches, check_speculative_step
 from specdec_lab.grading.ch04 import (MULTI_P, MULTI_Q, check_mask_positions, check_multi_round, check_tree_size,
                                       check_verify_tree_greedy)
@@ -40,7 +40,7 @@ __all__ = [
     "check_verify_chain",
     # ch02: speedup economics
     "SWEEP_ALPHA", "SWEEP_C", "SWEEP_GAMMAS", "check_expected_tokens", "check_speedup", "check_optimal_gamma",
-    "check_crossover_batch",
+    "check_crossover_batch", "check_measured_speedup",
     # ch03: draft model and target
     "check_cache_lengths", "check_speculative_step", "check_greedy_mismatches",
     # ch04: tree drafts and tree attention
