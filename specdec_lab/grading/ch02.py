@@ -323,5 +323,5 @@ def check_measured_speedup(measure_costs: Callable, predict_speedup: Callable) -
              f"{max(own):.2f}x")
     check(predicted >= low, f"the prediction is too low for this run: {facts}")
     check(predicted <= high, f"the prediction is too high for this run: {facts}")
-    passed(f"exercise 5: {facts}. Forward passes alone leave out the loop's own time, so they predict a little "
+    passed(f"exercise 5: {facts}. Forward passes alone leave out the loop's own time, so they usually predict "
            "more than the clock gives")
