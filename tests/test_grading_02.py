@@ -133,7 +133,7 @@ def test_sweep_numbers_printed(capsys):
 # ---- exercise 5: measured costs and the predicted speedup (timings replaced by fixed numbers) ------------------
 
 REF_C, REF_V = 0.2, {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2}
-RUN = {"plain": 1.3, "spec": 1.0, "alpha": 0.8, "tau_full": 3.3}  # measured speedup 1.3
+RUN = {"plain": 1.3, "spec": 1.0, "spread": 0.0, "alpha": 0.8, "tau_full": 3.3}  # measured speedup 1.3
 
 
 @pytest.fixture
