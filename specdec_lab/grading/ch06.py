@@ -266,7 +266,8 @@ def check_dynamic_tree(dynamic_tree: Callable) -> None:
             if set(paths) == _variant_tree(draft, **args) != want:
                 check(False, f"{hint} ({case})")
         dropped = [p for p in paths if p not in grown]
-        check(not dropped, f"a kept node's parent was dropped: {case} holds the path {list(dropped[0]) if dropped else ''}, "
+        check(not dropped, f"a kept node's parent was dropped: {case} holds the path "
+              f"{list(dropped[0]) if dropped else ''}, "
               "which the tree never grew; keep every kept node's ancestors and map each parent to its index among "
               "the kept nodes")
         missing = sorted(want - set(paths), key=len)
