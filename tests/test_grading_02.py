@@ -128,3 +128,91 @@ def test_sweep_numbers_printed(capsys):
     out = capsys.readouterr().out
     assert "γ = 4: 2.77 tokens per pass, speedup 2.311" in out
     assert "γ = 6: 3.06 tokens per pass, speedup 2.353" in out and "speedup 2.285" in out
+
+
+# ---- exercise 5: measured costs and the predicted speedup (timings replaced by fixed numbers) ------------------
+
+REF_C, REF_V = 0.2, {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2}
+RUN = {"plain": 1.3, "spec": 1.0, "spread": 0.0, "alpha": 0.8, "tau_full": 3.3}  # measured speedup 1.3
+
+
+@pytest.fixture
+def fixed_timings(monkeypatch):
+    """The grader's own measurements and timed run, replaced by fixed numbers: the tests do not time anything."""
+    from specdec_lab.grading import ch02
+
+    monkeypatch.setattr(ch02, "_pair", lambda: (None, None, None))
+    monkeypatch.setattr(ch02, "_reference_costs", lambda target, draft, ns, pattern: (REF_C, dict(REF_V)))
+    monkeypatch.setattr(ch02, "_timed_run", lambda target, draft, tok, gamma: dict(RUN))
+    return ch02
+
+
+def _costs(c=REF_C, v=None, swap=False):
+    def measure_costs(target, draft, ns):
+        out = (c, dict(v or REF_V))
+        return out[::-1] if swap else out
+
+    return measure_costs
+
+
+def _predict(cost=lambda v, g, c: v[g + 1] + g * c, bonus=True):
+    def predict_speedup(alpha, gamma, c, v):
+        return (economics.expected_tokens(alpha, gamma) - (0 if bonus else 1)) / cost(v, gamma, c)
+
+    return predict_speedup
+
+
+@pytest.mark.parametrize("answer, hint", [
+    ((_costs(), _predict(cost=lambda v, g, c: v[g] + g * c)), "v(γ) instead of v(γ+1)"),
+    ((_costs(), _predict(bonus=False)), "speedup without the bonus token"),
+    ((_costs(), _predict(cost=lambda v, g, c: c + g * v[g + 1])), "c and v swapped"),
+    ((_costs(), _predict(cost=lambda v, g, c: 1 + g * c)), "the verification cost is left out"),
+    ((_costs(), lambda a, g, c, v: economics.speedup(a, g, c, v[g + 3])), "KeyError"),
+    ((_costs(swap=True), _predict()), "c and v swapped"),
+    ((_costs(c=1 / REF_C), _predict()), "inverted"),
+    ((_costs(c=REF_C * 1.6), _predict()), "MINIMUM over many repeats (not the mean"),
+    ((_costs(v={n: x * 1.5 if n > 1 else 1.0 for n, x in REF_V.items()}), _predict()), "v(2) = 1.58"),
+    ((_costs(v={n: x * 1.1 for n, x in REF_V.items()}), _predict()), "v(1) = 1.1"),
+    ((_costs(v={1: 1.0}), _predict()), "a key for every n"),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_measured_speedup_names_the_mistake(fixed_timings, answer, hint):
+    with pytest.raises(AssertionError, match=re.escape(hint)):
+        grading.check_measured_speedup(*answer)
+
+
+def test_measured_speedup_passes_right_answers(fixed_timings, capsys):
+    grading.check_measured_speedup(_costs(), _predict())
+    grading.check_measured_speedup(_costs(c=REF_C * 1.2, v={n: x / 1.2 if n > 1 else 1.0 for n, x in REF_V.items()}),
+                                   lambda a, g, c, v: economics.speedup(a, g, c, v[g + 1]))
+    out = capsys.readouterr().out
+    assert out.count("PASS") == 2 and "measured 1.30x" in out
+
+
+def test_measured_speedup_tolerance_follows_the_spread(fixed_timings, monkeypatch):
+    """A c that fails where the grader's own measurements agree passes where they spread as widely."""
+    wide = iter([(REF_C, dict(REF_V)), (REF_C * 1.5, dict(REF_V)), (REF_C, dict(REF_V))])
+    with pytest.raises(AssertionError, match="MINIMUM"):
+        grading.check_measured_speedup(_costs(c=REF_C * 1.4), _predict())
+    monkeypatch.setattr(fixed_timings, "_reference_costs", lambda target, draft, ns, pattern: next(wide))
+    grading.check_measured_speedup(_costs(c=REF_C * 1.4), _predict())
+
+
+def test_measured_speedup_checks_the_run(fixed_timings, monkeypatch):
+    """Costs within tolerance whose prediction lands above the clock beyond the margin the grader measured."""
+    slow = {n: 3.0 if n > 1 else 1.0 for n in REF_V}  # the grader's own v(n)
+    monkeypatch.setattr(fixed_timings, "_timed_run", lambda *a: dict(RUN, plain=0.5))  # measured 0.5x
+    monkeypatch.setattr(fixed_timings, "_reference_costs", lambda target, draft, ns, pattern: (REF_C, dict(slow)))
+    low = _costs(c=REF_C / 1.2, v={n: x / 1.2 if n > 1 else 1.0 for n, x in slow.items()})
+    with pytest.raises(AssertionError, match="too high for this run"):
+        grading.check_measured_speedup(low, _predict())
+    grading.check_measured_speedup(_costs(c=REF_C, v=slow), _predict())
+
+
+def test_measured_speedup_stub_hint(fixed_timings):
+    def stub(*args):
+        raise NotImplementedError("stub: your code here")
+
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        grading.check_measured_speedup(stub, stub)
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        grading.check_measured_speedup(stub, _predict())

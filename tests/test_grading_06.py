@@ -41,13 +41,80 @@ def _unroll(shift=True, shared_cache=True, true_features=False):
     return ttt_unroll
 
 
+def _tree(frontier_by="cumulative", levels=0, pool="all", reindex=True, select_by="cumulative", order="index",
+          batched=True):
+    """EAGLE-2's dynamic tree as a learner might write it; each keyword is one typical mistake."""
+    def dynamic_tree(next_logp, topk, depth, budget):
+        tokens, parents, scores, own, paths = [], [], [], [], []
+        frontier = [-1]
+        for _ in range(depth + levels):
+            asked = [paths[f] if f >= 0 else () for f in frontier]
+            logp = next_logp(asked) if batched else torch.cat([next_logp([a]) for a in asked])
+            base = torch.tensor([scores[f] if f >= 0 else 0.0 for f in frontier])
+            top = logp.topk(topk, -1)
+            cand = (base[:, None] + top.values).reshape(-1)
+            local = top.values.reshape(-1)
+            order_ = cand.argsort(descending=True, stable=True).tolist()
+            chosen = (order_ if frontier_by == "cumulative" else local.argsort(descending=True).tolist())[:topk]
+            new = {}
+            for c in order_:
+                if pool == "all" or c in chosen:
+                    f = frontier[c // topk]
+                    new[c] = len(tokens)
+                    t = int(top.indices.reshape(-1)[c])
+                    tokens.append(t)
+                    parents.append(f)
+                    scores.append(float(cand[c]))
+                    own.append(float(local[c]))
+                    paths.append((paths[f] if f >= 0 else ()) + (t,))
+            frontier = [new[c] for c in chosen]
+        key = scores if select_by == "cumulative" else own
+        best = sorted(range(len(key)), key=lambda i: -key[i])[:budget]
+        keep = sorted(best, reverse=order != "index")
+        index = {old: new for new, old in enumerate(keep)}
+        if not reindex:
+            return [tokens[i] for i in keep], [parents[i] for i in keep]
+        return [tokens[i] for i in keep], [index.get(parents[i], -1) for i in keep]
+    return dynamic_tree
+
+
+def test_tree_reference_is_the_library(capsys):
+    from specdec_lab.grading.ch06 import DYNAMIC_CASES, _library_tree, _paths, _variant_tree, fake_draft
+    for topk, depth, budget, V, seed in DYNAMIC_CASES:
+        draft = fake_draft(V, seed)
+        tokens, parents = _library_tree(draft, topk, depth, budget)
+        assert set(_paths(tokens, parents)) == _variant_tree(draft, topk, depth, budget)
+        assert len(tokens) == min(budget, topk + (depth - 1) * topk * topk)
+
+
+def test_tree_cases_have_no_near_ties():
+    from specdec_lab.grading.ch06 import DYNAMIC_CASES, _variant_tree, fake_draft
+    for topk, depth, budget, V, seed in DYNAMIC_CASES:
+        draft = fake_draft(V, seed)
+        scores = []
+        frontier, paths = [()], {}
+        for _ in range(depth):
+            logp = draft(frontier)
+            nxt = []
+            for path, row in zip(frontier, logp):
+                top = row.topk(topk)
+                for v, t in zip(top.values.tolist(), top.indices.tolist()):
+                    paths[path + (t,)] = paths.get(path, 0.0) + v
+                    nxt.append(path + (t,))
+            frontier = sorted(nxt, key=lambda p: -paths[p])[:topk]
+        s = sorted(paths.values(), reverse=True)
+        assert all(a - b > 1e-4 for a, b in zip(s, s[1:])), (topk, depth, budget)
+
+
 def test_right_answers_pass(capsys):
     grading.check_eagle_forward(_forward())
     grading.check_expand(_expand())
     grading.check_expand(lambda s, l, k: tuple(x[:k] for x in expand_step(s, l, k)))
     grading.check_ttt_unroll(_unroll())
     grading.check_ttt_unroll(unroll)
-    assert capsys.readouterr().out.count("PASS") == 5
+    grading.check_dynamic_tree(_tree())
+    grading.check_dynamic_tree(_tree(batched=False))
+    assert capsys.readouterr().out.count("PASS") == 7
 
 
 @pytest.mark.parametrize("wrong,hint", [
@@ -81,9 +148,25 @@ def test_unroll_hints(wrong, hint):
         grading.check_ttt_unroll(wrong)
 
 
+@pytest.mark.parametrize("wrong,hint", [
+    (_tree(frontier_by="local"), "frontier chosen by local score"),
+    (_tree(levels=1), "one level too many"),
+    (_tree(levels=-1), "one level too few"),
+    (_tree(pool="frontier"), "only the expanded nodes joined the tree"),
+    (_tree(reindex=False), "parents not re-indexed"),
+    (_tree(select_by="local"), "parent was dropped"),
+    (_tree(order="reversed"), "parents first"),
+    (lambda f, k, d, b: _tree()(f, k, d, b + 1), "keep at most budget"),
+])
+def test_tree_hints(wrong, hint):
+    with pytest.raises(AssertionError, match=hint):
+        grading.check_dynamic_tree(wrong)
+
+
 def test_stubs_get_the_not_implemented_hint():
     def stub(*args):
         raise NotImplementedError("stub: your code here")
-    for check in (grading.check_eagle_forward, grading.check_expand, grading.check_ttt_unroll):
+    for check in (grading.check_eagle_forward, grading.check_expand, grading.check_ttt_unroll,
+                  grading.check_dynamic_tree):
         with pytest.raises(AssertionError, match="not implemented yet"):
             check(stub)

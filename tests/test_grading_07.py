@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from specdec_lab import grading, lm
+from specdec_lab.lookahead import lookahead_layout as lm_layout
 
 
 def _ngram(first=False, search_from_end=False, include_match=False, pad=True, q_shape="row"):
@@ -61,7 +62,45 @@ def _pool(refresh=True, dedupe=True, evict="oldest", store="rest", cap=True):
     return pool_update
 
 
+def _mask(window_columns="own", guess_sees_window=False, guess_causal=True, guess_others=False, current=True,
+          dtype=torch.bool):
+    def lookahead_mask(W, N, G):
+        m = N - 1
+        n = 1 + (W + G) * m
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        mask[:, 0] = current
+        mask[0, 0] = True
+        for l in range(m):
+            for j in range(W):
+                q = 1 + l * W + j
+                mask[q, 1:2 + j] = True
+                for level in range(1, l + 1):
+                    if window_columns == "own":
+                        mask[q, 1 + level * W + j] = True
+                    else:  # every column up to its own at each level
+                        mask[q, 1 + level * W:2 + level * W + j] = True
+        for g in range(G):
+            start = 1 + m * W + g * m
+            for i in range(m):
+                q = start + i
+                mask[q, (1 + m * W if guess_others else start):(q + 1 if guess_causal else start + m)] = True
+                if guess_sees_window:
+                    mask[q, 1:1 + m * W] = True
+        return mask.to(dtype)
+
+    return lookahead_mask
+
+
 WRONG = [
+    (grading.check_lookahead_mask, _mask(window_columns="all"), "window tokens see other columns"),
+    (grading.check_lookahead_mask, _mask(guess_sees_window=True), "guesses see the window"),
+    (grading.check_lookahead_mask, _mask(guess_causal=False), "not causal within their own n-gram"),
+    (grading.check_lookahead_mask, _mask(guess_others=True), "guesses see other n-grams"),
+    (grading.check_lookahead_mask, _mask(current=False), "every token sees the current token"),
+    (grading.check_lookahead_mask, _mask(dtype=torch.long), "return a bool mask"),
+    (grading.check_lookahead_mask,
+     lambda W, N, G: torch.ones(1 + (W + G) * (N - 1), 1 + (W + G) * (N - 1)).tril().bool(),
+     "level 0 only up to its own column"),
     (grading.check_ngram_draft, _ngram(first=True), "FIRST occurrence"),
     (grading.check_ngram_draft, _ngram(search_from_end=True), "always matches itself"),
     (grading.check_ngram_draft, _ngram(include_match=True), "starts with the matched token itself"),
@@ -88,7 +127,10 @@ def test_graders_name_the_mistake(check, answer, hint):
 
 @pytest.mark.parametrize("check, answer", [(grading.check_ngram_draft, _ngram()),
                                            (grading.check_jacobi_iteration, _jacobi()),
-                                           (grading.check_pool_update, _pool())],
+                                           (grading.check_pool_update, _pool()),
+                                           (grading.check_lookahead_mask, _mask()),
+                                           (grading.check_lookahead_mask,
+                                            lambda W, N, G: lm_layout(1, W, N - 1, G, N)[0].clone())],
                          ids=lambda x: getattr(x, "__name__", ""))
 def test_graders_pass_right_answers(check, answer, capsys):
     check(answer)
@@ -99,6 +141,7 @@ def test_graders_hint_at_stubs():
     def stub(*args):
         raise NotImplementedError("stub: your code here")
 
-    for check in (grading.check_ngram_draft, grading.check_jacobi_iteration, grading.check_pool_update):
+    for check in (grading.check_ngram_draft, grading.check_jacobi_iteration, grading.check_pool_update,
+                  grading.check_lookahead_mask):
         with pytest.raises(AssertionError, match="not implemented yet"):
             check(stub)

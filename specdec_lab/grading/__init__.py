@@ -15,14 +15,15 @@ from specdec_lab.grading.ch00 import check_free_tokens, check_gpu_answer, check_
 from specdec_lab.grading.ch01 import (FOUR_P, FOUR_Q, FOUR_TOKENS, check_accept_or_replace, check_four_token,
                                       check_residual, check_verify_chain)
 from specdec_lab.grading.ch02 import (SWEEP_ALPHA, SWEEP_C, SWEEP_GAMMAS, check_crossover_batch, check_expected_tokens,
-                                      check_optimal_gamma, check_speedup)
+                                      check_measured_speedup, check_optimal_gamma, check_speedup)
 from specdec_lab.grading.ch03 import (check_cache_lengths, check_greedy_mismatches, check_is_exact,
                                       check_speculative_step, check_speculative_step_sampled)
 from specdec_lab.grading.ch04 import (MULTI_P, MULTI_Q, check_mask_positions, check_multi_round,
                                       check_tree_forward_compact, check_tree_size, check_verify_tree_greedy)
 from specdec_lab.grading.ch05 import check_candidate_tree, check_medusa_head, check_medusa_loss
-from specdec_lab.grading.ch06 import check_eagle_forward, check_expand, check_ttt_unroll
-from specdec_lab.grading.ch07 import check_jacobi_iteration, check_ngram_draft, check_pool_update
+from specdec_lab.grading.ch06 import check_dynamic_tree, check_eagle_forward, check_expand, check_ttt_unroll
+from specdec_lab.grading.ch07 import (check_jacobi_iteration, check_lookahead_mask, check_ngram_draft,
+                                      check_pool_update)
 from specdec_lab.grading.ch08 import check_sglang_flags, check_summarize, check_switch_off
 from specdec_lab.grading.ch09 import check_choose_gamma, check_commit_batch
 from specdec_lab.grading.ch10 import check_capstone
@@ -41,7 +42,7 @@ __all__ = [
     "check_verify_chain",
     # ch02: speedup economics
     "SWEEP_ALPHA", "SWEEP_C", "SWEEP_GAMMAS", "check_expected_tokens", "check_speedup", "check_optimal_gamma",
-    "check_crossover_batch",
+    "check_crossover_batch", "check_measured_speedup",
     # ch03: draft model and target
     "check_cache_lengths", "check_speculative_step", "check_greedy_mismatches", "check_speculative_step_sampled",
     "check_is_exact",
@@ -51,9 +52,9 @@ __all__ = [
     # ch05: Medusa
     "check_medusa_head", "check_medusa_loss", "check_candidate_tree",
     # ch06: EAGLE
-    "check_eagle_forward", "check_expand", "check_ttt_unroll",
+    "check_eagle_forward", "check_expand", "check_ttt_unroll", "check_dynamic_tree",
     # ch07: drafting without a drafter
-    "check_ngram_draft", "check_jacobi_iteration", "check_pool_update",
+    "check_ngram_draft", "check_jacobi_iteration", "check_pool_update", "check_lookahead_mask",
     # ch08: the showdown
     "check_summarize", "check_switch_off", "check_sglang_flags",
     # ch09: serving

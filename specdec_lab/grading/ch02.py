@@ -6,6 +6,10 @@
 3. `check_optimal_gamma`: the γ in 1..max_gamma with the largest speedup, 0 when none beats plain decoding.
 4. `check_crossover_batch`: the batch B* where verifying t tokens per request turns compute-bound, on
    rooflines with efficiency, KV reads and long contexts (math.inf when the KV reads outgrow the arithmetic).
+5. `check_measured_speedup`: c and v(n) measured by the learner on this machine (zoo's tiny pair, checked against
+   `measure.forward_costs` within a tolerance taken from the spread of the grader's own repeated measurements),
+   and the speedup predicted from them (exact on synthetic costs, then against a timed speculative run; the
+   tolerance rule is in its docstring).
 
 The library is the reference (`economics.expected_tokens`, `speedup`, `optimal_gamma`,
 `Roofline.crossover_batch`); the wrong answers the hints name are the library's formulas with one term or
@@ -20,7 +24,7 @@ from collections.abc import Callable
 
 from specdec_lab import economics
 from specdec_lab.economics import QWEN25_7B_ON_H100, Roofline
-from specdec_lab.grading._common import call, check, grader, number, passed
+from specdec_lab.grading._common import call, check, grader, number, one_thread, passed
 
 
 @grader
@@ -174,3 +178,159 @@ def check_crossover_batch(crossover_batch: Callable) -> None:
     qwen, llama = QWEN25_7B_ON_H100.crossover_batch(5), llama8b_a100.crossover_batch(5)
     passed(f"exercise 4: verifying 5 tokens per request is free up to batch {qwen:.0f} for Qwen2.5-7B on an H100, "
            f"{llama:.0f} for Llama-3.1-8B on an A100")
+
+
+# ---- exercise 02.5: c and v(n) measured here, and the speedup they predict ------------------------------------
+
+MEASURE_GAMMA = 4  # the run the prediction is checked against: greedy, a chain of 4 drafts
+MEASURE_NS = tuple(range(1, MEASURE_GAMMA + 2))  # v(1) .. v(γ + 1)
+
+
+def _pair():
+    """The course's tiny target and draft (embedded, offline) and their tokenizer."""
+    import transformers
+
+    from specdec_lab import zoo
+
+    transformers.logging.disable_progress_bar()
+    return zoo.load_pair("tiny", device="cpu")
+
+
+def _reference_costs(target, draft, ns, pattern: str) -> tuple[float, dict[int, float]]:
+    """(c, {n: v(n)}) as the course measures them (`measure.forward_costs`, minimum over 10 rounds)."""
+    from specdec_lab import measure
+
+    return measure.cost_ratios(measure.forward_costs({"target": target, "draft": draft}, ns, rounds=10,
+                                                     pattern=pattern))
+
+
+def _timed_run(target, draft, tok, gamma: int) -> dict:
+    """Greedy decoding of 4 suite prompts, 32 new tokens each, plain and with the draft model at `gamma`,
+    interleaved prompt by prompt, twice over, after a warm-up. Returns the seconds of each (per prompt the
+    faster of the two repetitions), how far the two repetitions' speedups differ (relative), and the acceptance
+    of the drafts."""
+    from specdec_lab.decoding import generate
+    from specdec_lab.drafters import DraftModelDrafter
+    from specdec_lab.prompts import load_prompts
+
+    prompts = [tok(p["prompt"], return_tensors="pt").input_ids for p in load_prompts()[::13]]  # 4 prompts
+
+    def run(ids, spec):
+        return generate(target, ids, DraftModelDrafter(draft, gamma) if spec else None, max_new_tokens=32)
+
+    run(prompts[0], False), run(prompts[0], True)  # warm-up
+    times = [[[], []] for _ in range(2)]  # [repetition][plain, spec][prompt] seconds
+    accepted = tested = 0
+    full = []
+    for rep in range(2):
+        for ids in prompts:
+            times[rep][0].append(run(ids, False).seconds)
+            g = run(ids, True)
+            times[rep][1].append(g.seconds)
+            if rep == 0:  # greedy: the second repetition drafts and accepts the same tokens
+                accepted += sum(g.accept_lengths)
+                tested += sum(min(n + 1, d) for n, d in zip(g.accept_lengths, g.draft_lengths))
+                full += [n for n, d in zip(g.accept_lengths, g.draft_lengths) if d == gamma]
+    speedups = [sum(p) / sum(s) for p, s in times]
+    return {"plain": sum(map(min, zip(*(t[0] for t in times)))), "spec": sum(map(min, zip(*(t[1] for t in times)))),
+            "spread": (max(speedups) - min(speedups)) / min(speedups),
+            "alpha": accepted / tested, "tau_full": 1 + sum(full) / len(full)}
+
+
+def _cost_hint(what: str, got: float, lo: float, hi: float) -> str:
+    return (f"{what} = {got:.3g}, but this machine measures {lo:.3g} to {hi:.3g} just now: time cached forwards "
+            "after a context, and take the MINIMUM over many repeats (not the mean: load from other programs only "
+            "adds time), after an untimed warm-up call")
+
+
+@grader
+def check_measured_speedup(measure_costs: Callable, predict_speedup: Callable) -> None:
+    """Exercise 02.5: measure_costs(target, draft, ns) -> (c, {n: v(n)}); predict_speedup(α, γ, c, v) -> speedup.
+
+    1. predict_speedup on synthetic costs: E[tokens](α, γ) / (v(γ + 1) + γ·c) exactly (`economics.speedup` with
+       verify_cost = v(γ + 1)); hints for v(γ), a missing bonus token, c and v swapped, v left out.
+    2. measure_costs on the tiny pair, on one thread. The grader measures the same ratios three times itself
+       (`measure.forward_costs`, 10 rounds: models taking turns before and after the learner's call, and in
+       blocks). For each ratio, with lo and hi the least and greatest of its three values, the learner's value
+       passes in [lo / f, hi · f], f = 1.25 + (hi - lo) / lo: a quarter for what a different but sound
+       measurement gives, plus the spread the machine showed the grader itself.
+    3. A timed run (`_timed_run`: 4 prompts, 32 tokens, plain and at γ = 4, twice over, the faster repetition of
+       each prompt kept) gives the measured speedup S and the acceptance α̂. The learner's prediction
+       P = predict_speedup(α̂, 4, c, v) passes when S · (1 - tol) <= P <= S · margin · (1 + tol), where
+       margin = max(1, R_max / S) with R_max the largest of the grader's own predictions from its three
+       measurements (how far forward passes alone overestimate the clock here: the loop's own Python, and costs
+       the loop pays above the isolated timings), and tol = 0.15 + (R_max - R_min) / R_min + d + |E(α̂, 4) / τ_full
+       - 1|: the spread of those predictions, the relative difference d between the two repetitions' speedups,
+       and how far i.i.d. acceptance misses the measured tokens per pass.
+    """
+    # 1. the formula, on synthetic costs
+    for alpha, gamma, c in [(0.8, 4, 0.2), (0.6, 2, 0.1), (0.9, 6, 0.05), (0.7, 3, 0.3), (1.0, 3, 0.1)]:
+        v = {n: 1 + 0.06 * (n - 1) ** 1.4 for n in range(1, gamma + 3)}  # [v(1) .. v(γ + 2)], v(1) = 1
+        case = f"predict_speedup({alpha}, {gamma}, c={c}, v={{{', '.join(f'{n}: {x:.3f}' for n, x in v.items())}}})"
+        want = economics.speedup(alpha, gamma, c, v[gamma + 1])
+        try:
+            got = number(predict_speedup, alpha, gamma, c, v)
+        except KeyError as e:
+            raise AssertionError(f"{case} raised KeyError {e}: v holds the costs of passes of 1 to "
+                                 f"{gamma + 2} tokens; a round's verification pass needs v(γ + 1)") from None
+        if abs(got - want) <= 1e-4 * want:
+            continue
+        tokens = economics.expected_tokens(alpha, gamma)
+        wrongs = [(tokens / (v[gamma] + gamma * c), "v(γ) instead of v(γ+1): the verification pass reads the "
+                   "γ drafts AND the token before them, γ + 1 tokens"),
+                  (tokens / (v[gamma + 2] + gamma * c), "v(γ+2): the verification pass reads γ + 1 tokens"),
+                  ((tokens - 1) / (v[gamma + 1] + gamma * c), "speedup without the bonus token: a round emits the "
+                   "accepted drafts plus one token of the target's own (expected tokens of exercise 1)"),
+                  (tokens / (c + gamma * v[gamma + 1]), "c and v swapped: γ draft steps cost c each, the one "
+                   "verification pass costs v(γ+1)"),
+                  (tokens / (1 + gamma * c), "the verification cost is left out: exercise 2 assumed a pass over "
+                   "γ + 1 tokens costs one step; use the measured v(γ+1) instead"),
+                  (tokens / (1 + v[gamma + 1] + gamma * c), "one step too many: the round's cost is the drafts plus "
+                   "the verification pass, v(γ+1) + γ·c target steps (the pass replaces the plain step)")]
+        for wrong, hint in wrongs:
+            check(abs(got - wrong) > 1e-4 * want, f"{hint} ({case} = {got:.4g}, expected {want:.4g})")
+        check(False, f"{case} = {got:.4g}, expected {want:.4g}: expected tokens per round over the cost of a round "
+              "in target steps, with the measured verification cost")
+
+    # 2. the learner's measurement against the grader's, taken around it
+    gamma, ns = MEASURE_GAMMA, MEASURE_NS
+    with one_thread():
+        target, draft, tok = _pair()
+        refs = [_reference_costs(target, draft, ns, "loop")]
+        got = call(measure_costs, target, draft, ns)
+        refs += [_reference_costs(target, draft, ns, "loop"), _reference_costs(target, draft, ns, "bench")]
+        check(isinstance(got, (tuple, list)) and len(got) == 2, f"measure_costs should return (c, v), got {got!r}")
+        c, v = got
+        check(not isinstance(c, dict), "c and v swapped: return (c, v), the number c first, then the dict v")
+        check(isinstance(v, dict) and all(n in v for n in ns), f"v should be a dict with a key for every n in ns = "
+              f"{list(ns)}, got {v!r}")
+        c, v = float(c), {n: float(v[n]) for n in ns}
+        check(abs(v[1] - 1) < 1e-3, f"v(1) = {v[1]:.4g}: v(n) is the n-token pass's time over the 1-token pass's "
+              "time, so v(1) = 1")
+        f_of = lambda lo, hi: 1.25 + (hi - lo) / lo  # noqa: E731
+        lo, hi = min(r[0] for r in refs), max(r[0] for r in refs)
+        if not lo / f_of(lo, hi) <= c <= hi * f_of(lo, hi):
+            check(not (c > 1 and lo / f_of(lo, hi) <= 1 / c <= hi * f_of(lo, hi)), f"c = {c:.3g} is inverted: c is "
+                  "the draft's step time over the TARGET's, below 1 for a smaller draft")
+            check(False, _cost_hint("c", c, lo, hi))
+        for n in ns[1:]:
+            lo, hi = min(r[1][n] for r in refs), max(r[1][n] for r in refs)
+            check(lo / f_of(lo, hi) <= v[n] <= hi * f_of(lo, hi), _cost_hint(f"v({n})", v[n], lo, hi))
+
+        # 3. the prediction against a timed run
+        run = _timed_run(target, draft, tok, gamma)
+    alpha = run["alpha"]
+    measured = run["plain"] / run["spec"]
+    predicted = number(predict_speedup, alpha, gamma, c, v)
+    own = [economics.speedup(alpha, gamma, rc, rv[gamma + 1]) for rc, rv in refs]
+    margin = max(1.0, max(own) / measured)
+    tol = (0.15 + (max(own) - min(own)) / min(own) + run["spread"]
+           + abs(economics.expected_tokens(alpha, gamma) / run["tau_full"] - 1))
+    low, high = measured * (1 - tol), measured * margin * (1 + tol)
+    facts = (f"predicted {predicted:.2f}x from your c = {c:.3f} and v({gamma + 1}) = {v[gamma + 1]:.2f} at α̂ = "
+             f"{alpha:.2f}, γ = {gamma}; measured {measured:.2f}x; the grader's own costs predict {min(own):.2f}x to "
+             f"{max(own):.2f}x")
+    check(predicted >= low, f"the prediction is too low for this run: {facts}")
+    check(predicted <= high, f"the prediction is too high for this run: {facts}")
+    passed(f"exercise 5: {facts}. What separates a prediction from the clock: the loop's own time outside the "
+           "forward passes, and the load on this machine")

@@ -8,6 +8,10 @@
    forward (`lookahead.jacobi_iteration`); hints for rows one off, greedy decoding, a forgotten prompt.
 3. `check_pool_update`: lookahead's n-gram pool keeps the G most recently seen continuations per first token
    (`ngram.NgramPool`), checked after every update of a stream of 3-grams for G = 2, 3, 1.
+4. `check_lookahead_mask`: the attention mask of one lookahead pass over [current token | window of N - 1
+   levels x W columns | G guessed n-grams of N - 1 tokens], against `lookahead.lookahead_layout` with one
+   pending token; the first wrong entry is named by the groups of its query and key (window tokens seeing
+   other columns or later positions, guesses seeing the window or each other, guesses not causal).
 """
 
 from __future__ import annotations
@@ -137,3 +141,73 @@ def check_pool_update(pool_update: Callable) -> None:
             check(False, f"{case} gives {kept}, expected {want[key]}: when a key holds more than guesses = "
                   f"{guesses}, drop the LEAST recently seen one (the first in the list), not the newest")
     passed("exercise 3: the pool keeps the G most recently seen continuations per first token")
+
+
+def _lookahead_slot(i: int, W: int, m: int) -> tuple:
+    """What input i of a lookahead pass is: ("current",), ("window", level, column) or ("guess", n-gram, token)."""
+    if i == 0:
+        return ("current",)
+    if i <= m * W:
+        return ("window", (i - 1) // W, (i - 1) % W)
+    return ("guess", (i - 1 - m * W) // m, (i - 1 - m * W) % m)
+
+
+def _slot_name(s: tuple) -> str:
+    return {"current": lambda: "the current token", "window": lambda: f"window level {s[1]}, column {s[2]}",
+            "guess": lambda: f"guess {s[1]}, token {s[2]}"}[s[0]]()
+
+
+def _lookahead_hint(q: tuple, k: tuple, sees: bool) -> str:
+    """Why query q should (not) see key k, naming the usual mistake."""
+    if q == k:
+        return "every token sees itself: the diagonal is True"
+    if k[0] == "current":
+        return "every token sees the current token (column 0), like the rest of the committed text"
+    if q[0] == "current":
+        return "the current token sees only itself (and the cached text): it comes first"
+    if q[0] == "window" and k[0] == "window":
+        if sees and k[1] >= 1 and k[2] != q[2]:
+            return ("window tokens see other columns: beyond level 0 a window token sees only its own column, "
+                    "one Jacobi trajectory")
+        if sees and k[1] == 0 and k[2] > q[2]:
+            return "a window token sees level 0 only up to its own column: later columns sit at later positions"
+        if sees:
+            return "a window token sees the levels of its own column only up to its own level"
+        return ("a window token misses part of its trajectory: level 0 up to its own column, then its column's "
+                "levels up to its own")
+    if q[0] == "window":
+        return "window tokens see the guesses: the guesses are drafts, not part of the window's text"
+    if k[0] == "window":
+        return "guesses see the window: a guess continues the current token, not the window"
+    if k[1] != q[1]:
+        return "guesses see other n-grams: each guess is a separate branch, blind to the others"
+    if sees:
+        return "guesses are not causal within their own n-gram: token i sees its tokens 0..i only"
+    return "a guess token sees every earlier token of its own n-gram (and itself)"
+
+
+@grader
+def check_lookahead_mask(lookahead_mask: Callable) -> None:
+    """Exercise 07.4: lookahead_mask(window, ngram, guesses) -> bool [n, n], n = 1 + (W + G)(N - 1)."""
+    for W, N, G in [(3, 3, 2), (4, 4, 2), (2, 5, 3), (5, 2, 1), (3, 4, 0), (1, 3, 4)]:
+        m = N - 1
+        n = 1 + (W + G) * m
+        case = f"lookahead_mask(window={W}, ngram={N}, guesses={G})"
+        got = call(lookahead_mask, W, N, G)
+        check(isinstance(got, torch.Tensor), f"{case} should return a torch tensor, got {type(got).__name__}")
+        check(tuple(got.shape) == (n, n), f"{case} has shape {list(got.shape)}: the pass holds 1 current token, "
+              f"{m} levels x {W} columns and {G} n-grams of {m} tokens, n = {n}, so the mask is [{n}, {n}]")
+        check(got.dtype == torch.bool, f"{case} is {got.dtype}: return a bool mask (True where attention is "
+              "allowed)")
+        want = lookahead.lookahead_layout(1, W, m, G, N)[0]
+        if torch.equal(got, want):
+            continue
+        wrong = (got != want).nonzero().tolist()
+        rank = {"current": 0, "window": 1, "guess": 2}  # report a wrong row of the earliest group first
+        i, j = min(wrong, key=lambda ij: (rank[_lookahead_slot(ij[0], W, m)[0]], ij[0], ij[1]))
+        q, k = _lookahead_slot(i, W, m), _lookahead_slot(j, W, m)
+        sees = bool(got[i, j])
+        check(False, f"{_lookahead_hint(q, k, sees)}. In {case}, row {i} ({_slot_name(q)}) "
+              f"{'sees' if sees else 'does not see'} column {j} ({_slot_name(k)})")
+    passed("exercise 4: the lookahead mask: one Jacobi trajectory per window column, each guess a causal branch "
+           "off the current token")
