@@ -74,3 +74,23 @@ def test_readme_has_the_glossary_and_the_bibliography():
     for term in ("α", "τ", "γ", "c_bench", "v(n)", "pending token", "residual", "bonus token", "draft tree", "root",
                  "path compaction", "agreement", "lossy"):
         assert term in readme.split("## Glossary and notation", 1)[1], f"README.md: the glossary lacks {term!r}"
+
+
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
+def test_lecture_ends_with_a_self_test_with_folded_answers(path):
+    cells = markdown_cells(path)
+    at = [i for i, text in enumerate(cells) if re.search(r"^#+ Self-test\s*$", text, re.MULTILINE)]
+    assert at and at[-1] > 2 * len(cells) // 3, (
+        f"{path.name}: end the chapter with a '## Self-test' cell (before the summary), its answers folded in "
+        "<details>")
+    assert "<details>" in cells[at[-1]] and "</details>" in cells[at[-1]], f"{path.name}: fold the self-test's answers"
+
+
+TIMED = LECTURES + sorted((ROOT / "exercises").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", TIMED, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_notebook_says_how_long_it_takes(path):
+    top = "\n".join(markdown_cells(path)[:3])
+    assert re.search(r"Time: (about )?\d", top), (
+        f"{path.parent.name}/{path.name}: say near the top how long it takes, e.g. 'Time: about 45 minutes'")
