@@ -47,6 +47,7 @@ class Row:
     outputs: list[list[int]] = field(default_factory=list, repr=False)  # per prompt: the new tokens
     calls_each: list[int] = field(default_factory=list, repr=False)  # per prompt: target passes
     seconds_each: list[float] = field(default_factory=list, repr=False)  # per prompt: wall clock
+    forward_each: list[float] = field(default_factory=list, repr=False)  # per prompt: seconds inside model forwards
 
     @property
     def ties(self) -> int:
@@ -64,6 +65,11 @@ class Row:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def forward_seconds(self) -> float:
+        """Seconds inside the target's and the drafter's forwards (`measure.ForwardTimer`); 0 when not timed."""
+        return sum(self.forward_each)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -128,20 +134,27 @@ def draft_methods(target, draft, max_new_tokens: int = 64, gamma: int = 3, eos_t
 
 
 def run(target, methods: dict[str, Method], prompts: list[torch.Tensor], warmup: int = 2,
-        progress: bool | str = False, seed: int | None = None) -> list[Row]:
+        progress: bool | str = False, seed: int | None = None, drafting=None) -> list[Row]:
     """Time every method on every prompt (interleaved); the first method is the reference for `same`.
 
     seed: when sampling, torch.manual_seed(seed + i) before every method's run on prompt i. Without a seed
     (greedy) every mismatch is classified as a tie or a bug (`identity.compare`): each row's `verdicts`.
     progress: a progress bar (tqdm, on stderr); a string is its label.
+    drafting: the modules the methods draft with (a draft model, heads, nets, the target's LM head): given, each
+    row also records the seconds spent inside the target's and their forwards (`measure.ForwardTimer`).
     """
+    from contextlib import nullcontext
+
     from tqdm.auto import tqdm
+
+    from specdec_lab.measure import ForwardTimer
 
     rows = {name: Row(name) for name in methods}
     bar = tqdm(total=len(prompts) * len(methods), desc=progress if isinstance(progress, str) else "bench",
                disable=not progress, leave=True)
+    timer = ForwardTimer(target, drafting) if drafting is not None else None
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), timer or nullcontext():
             for _ in range(warmup):
                 for method in methods.values():
                     method(prompts[0])
@@ -149,10 +162,12 @@ def run(target, methods: dict[str, Method], prompts: list[torch.Tensor], warmup:
                 for name, method in methods.items():
                     if seed is not None:
                         torch.manual_seed(seed + i)
+                    inside = sum(timer.seconds.values()) if timer else 0.0
                     with count_calls(target) as calls:
                         start = time.perf_counter()
                         tokens, passes = method(ids)
                         seconds = time.perf_counter() - start
+                    inside = sum(timer.seconds.values()) - inside if timer else 0.0
                     row = rows[name]
                     passes = passes if passes is not None else len(calls)
                     row.tokens += len(tokens)
@@ -162,6 +177,7 @@ def run(target, methods: dict[str, Method], prompts: list[torch.Tensor], warmup:
                     row.outputs.append(tokens)
                     row.calls_each.append(passes)
                     row.seconds_each.append(seconds)
+                    row.forward_each.append(inside)
                     bar.update()
     except KeyboardInterrupt:
         done = min(row.prompts for row in rows.values())  # prompts that every method finished
@@ -238,8 +254,8 @@ TEMPERATURES = (0.0, 0.7)  # greedy, and the sampling temperature of the showdow
 
 
 def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
-                     gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1), heads: dict | None = None
-                     ) -> dict[str, Method | str]:
+                     gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1), heads: dict | None = None,
+                     drafting: list | None = None) -> dict[str, Method | str]:
     """Every method of the course at one temperature: {name: method, or a string saying why it cannot run}.
 
     The settings are the chapters' defaults for the zoo pair: draft chain γ=3 (03: near the peak of the measured
@@ -248,6 +264,7 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     prompt lookup (10 tokens, n-grams up to 3) and lookahead W=4, N=4, G=4 (07). heads: {method: folder} of
     the Medusa heads and EAGLE drafts to use (None: `heads.find(target)`, the zoo's for the zoo target, else what
     `specdec-lab train-heads` trained for it); a method without any is left out, saying how to train it.
+    drafting: a list that receives every module the methods draft with (for `run(..., drafting=)`).
     """
     from specdec_lab import measure
     from specdec_lab.decoding import generate
@@ -287,6 +304,8 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
                                ("EAGLE-3, dynamic tree", "eagle3", lambda net: EagleDrafter(net, dynamic=True))]:
         net = nets.get(method)
         methods[name] = ours(lambda make=make, net=net: make(net)) if net else trained.missing(target, method)
+    if drafting is not None:  # whatever drafts: the draft model (HF's assistant too), heads, nets, the LM head they read
+        drafting += [draft, target.get_output_embeddings(), *nets.values()] + ([medusa] if "medusa" in heads else [])
     methods["prompt lookup (10, 3)"] = ours(lambda: PromptLookupDrafter(10, 3))
     if T == 0:
         def lookahead(ids):
@@ -311,19 +330,30 @@ def _subset(row: Row, indices: Sequence[int]) -> Row:
         sub.outputs.append(row.outputs[i])
         sub.calls_each.append(row.calls_each[i])
         sub.seconds_each.append(row.seconds_each[i])
+        sub.forward_each += row.forward_each[i:i + 1]
         sub.verdicts += row.verdicts[i:i + 1]
     return sub
 
 
 def _result(temperature: float, category: str, row: Row, base: Row) -> dict:
-    """One line of the showdown: `row` against plain decoding's `base` on the same prompts."""
+    """One line of the showdown: `row` against plain decoding's `base` on the same prompts.
+
+    limit: the speedup the method's own forwards allow, measured in the same run: plain decoding's forward
+    seconds per token over the method's (its target passes and its drafting), i.e. τ over the cost of one of its
+    steps in one-token target passes. efficiency = speedup / limit: the share the loop's own work (verification,
+    cache bookkeeping, Python outside the forwards) leaves of that limit. None when forwards were not timed.
+    """
     same = sum(a == b for a, b in zip(row.outputs, base.outputs))
+    speedup = row.tokens_per_second / base.tokens_per_second
+    timed = row.forward_seconds > 0 and base.forward_seconds > 0
+    limit = (base.forward_seconds / base.tokens) / (row.forward_seconds / row.tokens) if timed else None
     return dict(temperature=temperature, method=row.method, category=category, prompts=row.prompts,
                 tokens=row.tokens, target_calls=row.target_calls, seconds=round(row.seconds, 4),
-                tau=round(row.tau, 4), tokens_per_s=round(row.tokens_per_second, 2),
-                speedup=round(row.tokens_per_second / base.tokens_per_second, 4),
+                tau=round(row.tau, 4), tokens_per_s=round(row.tokens_per_second, 2), speedup=round(speedup, 4),
                 identical=same if temperature == 0 else None, ties=row.ties if temperature == 0 else None,
-                bugs=row.bugs if temperature == 0 else None, skipped=None)
+                bugs=row.bugs if temperature == 0 else None, skipped=None,
+                forward_s=round(row.forward_seconds, 4) if timed else None,
+                limit=round(limit, 4) if timed else None, efficiency=round(speedup / limit, 4) if timed else None)
 
 
 def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temperatures: Sequence[float] = TEMPERATURES,
@@ -345,11 +375,12 @@ def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temper
     results = []
     for T in temperatures:
         try:
+            drafting = []
             methods = showdown_methods(target, draft, max_new_tokens, T, tokenizer.eos_token_id,
-                                       heads=heads, **settings)
+                                       heads=heads, drafting=drafting, **settings)
             runnable = {name: m for name, m in methods.items() if not isinstance(m, str)}
             label = progress and f"T={T:g}"
-            rows = run(target, runnable, ids, 1, label, seed=None if T == 0 else 0)
+            rows = run(target, runnable, ids, 1, label, seed=None if T == 0 else 0, drafting=drafting)
         except KeyboardInterrupt as stop:
             partial = getattr(stop, "partial", None)  # run's rows over the prompts it finished
             if partial and partial[0].prompts:
@@ -375,7 +406,8 @@ def _results(T: float, methods: dict[str, Method | str], prompts: list[dict], ro
             elif cat == "all":  # cannot run here: one line that says why
                 results.append(dict(temperature=T, method=name, category=cat, prompts=0, tokens=0,
                                     target_calls=0, seconds=0.0, tau=None, tokens_per_s=None, speedup=None,
-                                    identical=None, ties=None, bugs=None, skipped=method))
+                                    identical=None, ties=None, bugs=None, skipped=method, forward_s=None,
+                                    limit=None, efficiency=None))
     return results
 
 
@@ -385,15 +417,17 @@ def format_showdown(results: list[dict], temperature: float) -> str:
     every = [r for r in rows if r["category"] == "all"]
     width = max(len(r["method"]) for r in every)
     greedy = temperature == 0
-    head = f"{'method':<{width}} |     τ | target calls | tokens/s | speedup | " + ("identical" if greedy else "")
+    head = (f"{'method':<{width}} |     τ | target calls | tokens/s | speedup |  limit | eff. | "
+            + ("identical" if greedy else ""))
     lines = [f"temperature {temperature:g}" + (" (greedy)" if greedy else " (sampling)"), head, "-" * len(head)]
     for r in every:
         if r["skipped"]:
             lines.append(f"{r['method']:<{width}} | n/a: {r['skipped']}")
             continue
         same = _identical(r) if greedy else ""
+        limit = f"{r['limit']:5.2f}x | {r['efficiency']:4.2f}" if r.get("limit") else "    -- |   --"
         lines.append(f"{r['method']:<{width}} | {r['tau']:5.2f} | {r['target_calls']:12d} | {r['tokens_per_s']:8.1f} | "
-                     f"{r['speedup']:6.2f}x | {same}")
+                     f"{r['speedup']:6.2f}x | {limit} | {same}")
     cats = [c for c in CATEGORIES if any(r["category"] == c for r in rows)]
     lines += ["", f"{'speedup by category':<{width}} | " + " | ".join(f"{c:>6}" for c in cats + ["all"])]
     for r in every:

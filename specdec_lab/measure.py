@@ -30,7 +30,7 @@ import torch
 
 from specdec_lab import lm
 
-__all__ = ["PATTERNS", "forward_costs", "cost_ratios", "hf_generate", "topk_hit_rates", "measure_tree"]
+__all__ = ["PATTERNS", "forward_costs", "cost_ratios", "ForwardTimer", "hf_generate", "topk_hit_rates", "measure_tree"]
 
 PATTERNS = ("loop", "bench")
 
@@ -111,6 +111,46 @@ def cost_ratios(times: dict[tuple[str, int], float], target: str = "target",
     c = times[(draft, 1)] / one if (draft, 1) in times else None
     v = {n: ms / one for (name, n), ms in sorted(times.items()) if name == target}
     return c, v
+
+
+class ForwardTimer:
+    """Seconds spent inside model forwards while decoding: `seconds` = {"target": s, "draft": s}.
+
+    Hooks on the target and on every module that drafts (a draft model, Medusa heads, an EAGLE net, the target's
+    LM head when a drafter reads it). Only outermost calls count: the target's own LM head inside its forward is
+    the target's time. What a decoder spends OUTSIDE these forwards is its overhead (chapter 08's efficiency).
+
+        with ForwardTimer(target, [draft]) as timer:
+            generate(target, ids, DraftModelDrafter(draft))
+        timer.seconds                   # {"target": ..., "draft": ...}
+    """
+
+    def __init__(self, target, drafting=()):
+        self.kind = {id(m): "draft" for m in drafting if m is not None}
+        self.kind[id(target)] = "target"
+        self.modules = [target] + list({id(m): m for m in drafting if m is not None and m is not target}.values())
+        self.seconds, self.handles, self.depth = {"target": 0.0, "draft": 0.0}, [], 0
+
+    def _enter(self, module, args):
+        if self.depth == 0:
+            self.started, self.outer = time.perf_counter(), self.kind[id(module)]
+        self.depth += 1
+
+    def _leave(self, module, args, out):
+        self.depth -= 1
+        if self.depth == 0:
+            self.seconds[self.outer] += time.perf_counter() - self.started
+
+    def __enter__(self) -> ForwardTimer:
+        for m in self.modules:
+            self.handles += [m.register_forward_pre_hook(self._enter),
+                             m.register_forward_hook(self._leave, always_call=True)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles, self.depth = [], 0
 
 
 # ---- Hugging Face's own generate: the baseline every decoder of the course is compared with ------------------

@@ -33,6 +33,34 @@ def test_every_method_runs_and_greedy_output_is_identical(results):
         assert r["skipped"] is None and r["identical"] == r["prompts"] == 3, r
 
 
+def test_limit_and_efficiency_come_from_the_forwards_of_the_same_run(results):
+    rows = [r for r in results if r["category"] == "all" and not r["skipped"]]
+    for r in rows:
+        assert r["forward_s"] is not None and 0 < r["forward_s"] <= r["seconds"], r
+        assert r["efficiency"] == pytest.approx(r["speedup"] / r["limit"], rel=1e-3), r
+    base = next(r for r in rows if r["method"] == "target only" and r["temperature"] == 0)
+    assert base["limit"] == pytest.approx(1.0) and base["efficiency"] == pytest.approx(1.0)
+    chain = next(r for r in rows if r["method"].startswith("draft model, chain") and r["temperature"] == 0)
+    assert chain["limit"] > 1, "the chain's forwards per token cost less than plain decoding's"
+
+
+def test_forward_timer_counts_outermost_calls_once(pair):
+    from specdec_lab.measure import ForwardTimer
+
+    target, draft, _ = pair
+    head = target.get_output_embeddings()
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad(), ForwardTimer(target, [draft, head]) as timer:
+        target(input_ids=ids)  # its LM head runs inside: the target's time only
+        after_target = dict(timer.seconds)
+        draft(input_ids=ids)
+        head(torch.zeros(1, target.config.hidden_size))  # a drafter reading the LM head: drafting
+    assert after_target["target"] > 0 and after_target["draft"] == 0
+    assert timer.seconds["draft"] > 0 and timer.seconds["target"] == after_target["target"]
+    assert timer.depth == 0 and not timer.handles
+    assert not target._forward_pre_hooks and not head._forward_hooks, "the hooks are removed on exit"
+
+
 def test_rows_add_up_by_category(results):
     for T in (0.0, 0.7):
         rows = [r for r in results if r["temperature"] == T and not r["skipped"]]
