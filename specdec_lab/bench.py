@@ -482,9 +482,28 @@ def save_results(results: list[dict], meta: dict, json_path=None, csv_path=None)
             writer.writerows(results)
 
 
-def bench_all(args) -> int:
+def _meta(args, target, prompts: list, temperatures: list, **extra) -> dict:
+    """A benchmark run's settings and versions, saved beside its results."""
     import platform
 
+    import transformers
+
+    return dict(pair=args.pair, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+                threads=torch.get_num_threads(), prompts=len(prompts), **extra,
+                category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
+                torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
+                machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
+
+
+def _save(results: list[dict], meta: dict, args) -> None:
+    """`save_results` to the --json and --csv files given, saying where."""
+    save_results(results, meta, args.json, args.csv)
+    for path in (args.json, args.csv):
+        if path:
+            print(f"wrote {path}")
+
+
+def bench_all(args) -> int:
     import transformers
 
     from specdec_lab.prompts import load_prompts
@@ -492,12 +511,8 @@ def bench_all(args) -> int:
     target, draft, tok = _load(args)
     prompts = load_prompts(args.category)[:args.limit]
     temperatures = args.temperatures or list(TEMPERATURES)
-    device = next(target.parameters()).device
-    meta = dict(pair=args.pair, device=str(device), dtype=str(target.dtype).removeprefix("torch."),
-                threads=torch.get_num_threads(), prompts=len(prompts),
-                category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
-                torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
-                machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
+    device = target.device
+    meta = _meta(args, target, prompts, temperatures)
     print(f"pair {args.pair!r} on {device} in {meta['dtype']}, {len(prompts)} prompts, "
           f"max_new_tokens={args.max_new_tokens}, "
           f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
@@ -508,10 +523,7 @@ def bench_all(args) -> int:
         return _save_partial(stop.partial, meta, args)
     for T in temperatures:
         print("\n" + format_showdown(results, T))
-    save_results(results, meta, args.json, args.csv)
-    for path in (args.json, args.csv):
-        if path:
-            print(f"wrote {path}")
+    _save(results, meta, args)
     greedy = [r for r in results if r["identical"] is not None and r["category"] == "all"]
     tied, broken = [r["method"] for r in greedy if r["ties"]], [r["method"] for r in greedy if r["bugs"]]
     if tied:
@@ -642,30 +654,19 @@ def format_batch_showdown(results: list[dict], temperature: float) -> str:
 
 
 def bench_batch(args) -> int:
-    import platform
-
-    import transformers
-
     from specdec_lab.prompts import load_prompts
 
     target, draft, tok = _load(args)
     prompts = load_prompts(args.category)[:args.limit]
     temperatures = args.temperatures or [0.0]
-    meta = dict(pair=args.pair, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
-                threads=torch.get_num_threads(), prompts=len(prompts), batch=args.batch,
-                category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
-                torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
-                machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
+    meta = _meta(args, target, prompts, temperatures, batch=args.batch)
     print(f"pair {args.pair!r} on {target.device} in {meta['dtype']}, {len(prompts)} prompts in batches of "
           f"{args.batch}, max_new_tokens={args.max_new_tokens}, {meta['threads']} threads")
     results = batch_showdown(target, draft, tok, prompts, args.batch, temperatures, args.max_new_tokens,
                              args.gamma, progress=True)
     for T in temperatures:
         print("\n" + format_batch_showdown(results, T))
-    save_results(results, meta, args.json, args.csv)
-    for path in (args.json, args.csv):
-        if path:
-            print(f"wrote {path}")
+    _save(results, meta, args)
     broken = [r["method"] for r in results if r["identical"] is not None and r["identical"] < r["prompts"]]
     if broken:
         print(f"\nNOT identical to each prompt's own greedy decoding: {', '.join(broken)}")

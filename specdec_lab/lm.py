@@ -271,23 +271,10 @@ def gather(cache, indices) -> None:
     idx = torch.as_tensor(indices, dtype=torch.long).reshape(-1)                         # [k]
     if not bool((idx[1:] > idx[:-1]).all()):
         raise ValueError(f"gather indices must be strictly ascending, got {idx.tolist()}")
-    if hasattr(cache, "layers"):                               # >= 4.54: cache.layers[i].keys / .values
-        for layer in cache.layers:
-            if getattr(layer, "is_sliding", False):
-                raise NotImplementedError("gather does not support sliding-window cache layers")
-            if layer.keys is None or layer.keys.numel() == 0:
-                continue
-            j = idx.to(layer.keys.device)
-            layer.keys = layer.keys.index_select(-2, j)                                  # [B, h, k, d]
-            layer.values = layer.values.index_select(-2, j)                              # [B, h, k, d]
-    else:                                                      # 4.53: key_cache / value_cache lists
-        for i, keys in enumerate(cache.key_cache):
-            if keys.numel() == 0:
-                continue
-            j = idx.to(keys.device)
-            cache.key_cache[i] = keys.index_select(-2, j)                                # [B, h, k, d]
-            cache.value_cache[i] = cache.value_cache[i].index_select(-2, j)              # [B, h, k, d]
-        cache._seen_tokens = len(idx)                          # 4.53 keeps a tally that crop resets too
+    if any(getattr(layer, "is_sliding", False) for layer in getattr(cache, "layers", [])):
+        raise NotImplementedError("gather does not support sliding-window cache layers")
+    _each_layer(cache, lambda x: x.index_select(-2, idx.to(x.device)), len(idx),           # [B, h, k, d]
+                skip=lambda keys: keys.numel() == 0)
 
 
 def gather_rows(cache, rows, index) -> None:
@@ -295,26 +282,32 @@ def gather_rows(cache, rows, index) -> None:
     ([B', L'], in that order), in every layer. Row b of the result is old row rows[b]."""
     rows = torch.as_tensor(rows, dtype=torch.long)                                       # [B']
     index = torch.as_tensor(index, dtype=torch.long)                                     # [B', L']
-
-    B, width = None, index.shape[1]
-    span = index[0, 0] + torch.arange(width) if index.numel() else index.new_empty(0)   # [L']
-    same = bool((index == span).all())  # every row keeps the same run of slots: a slice, no copy
+    width = index.shape[1]
+    start = int(index[0, 0]) if index.numel() else 0
+    # every row kept, each the same run of slots: a slice (a view), no copy
+    same = bool((index == start + torch.arange(width)).all()) and bool((rows == torch.arange(len(rows))).all())
 
     def pick(x):                                                                         # [B, h, L, d]
-        if same and len(rows) == x.shape[0] and bool((rows == torch.arange(len(rows))).all()):
-            return x[:, :, int(span[0]):int(span[0]) + width] if width else x[:, :, :0]  # [B, h, L', d] a view
+        if same and len(rows) == x.shape[0]:
+            return x[:, :, start:start + width]                                          # [B, h, L', d]
         x = x.index_select(0, rows.to(x.device))                                         # [B', h, L, d]
         return x.gather(2, index.to(x.device)[:, None, :, None].expand(-1, x.shape[1], -1, x.shape[3]))
 
+    _each_layer(cache, pick, width, skip=lambda keys: keys.dim() != 4)                   # [B', h, L', d]
+
+
+def _each_layer(cache, pick, length: int, skip) -> None:
+    """Replace every layer's keys and values x [B, h, L, d] by pick(x), which keeps `length` positions; layers
+    where skip(keys) are left alone. The one place that knows both cache layouts."""
     if hasattr(cache, "layers"):                               # >= 4.54: cache.layers[i].keys / .values
         for layer in cache.layers:
-            if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
-                layer.keys, layer.values = pick(layer.keys), pick(layer.values)         # [B', h, L', d]
+            if getattr(layer, "keys", None) is not None and not skip(layer.keys):
+                layer.keys, layer.values = pick(layer.keys), pick(layer.values)
     else:                                                      # 4.53: key_cache / value_cache lists
         for i, keys in enumerate(cache.key_cache):
-            if keys.dim() == 4:
+            if not skip(keys):
                 cache.key_cache[i], cache.value_cache[i] = pick(keys), pick(cache.value_cache[i])
-        cache._seen_tokens = index.shape[1]
+        cache._seen_tokens = length                            # 4.53 keeps a tally that crop resets too
 
 
 _FORWARD_KEYWORDS: dict[type, tuple[bool, str]] = {}  # model class -> (takes logits_to_keep, cache keyword)

@@ -40,8 +40,6 @@ def test_limit_and_efficiency_come_from_the_forwards_of_the_same_run(results):
         assert r["efficiency"] == pytest.approx(r["speedup"] / r["limit"], rel=1e-3), r
     base = next(r for r in rows if r["method"] == "target only" and r["temperature"] == 0)
     assert base["limit"] == pytest.approx(1.0) and base["efficiency"] == pytest.approx(1.0)
-    chain = next(r for r in rows if r["method"].startswith("draft model, chain") and r["temperature"] == 0)
-    assert chain["limit"] > 1, "the chain's forwards per token cost less than plain decoding's"
 
 
 def test_forward_timer_counts_outermost_calls_once(pair):
