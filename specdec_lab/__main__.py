@@ -75,6 +75,9 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
     parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches (--method draft)")
     parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--auto", action="store_true", help="also run the settings tuned for this device (chapter 08): "
+                        "the draft model's best chain and tree, EAGLE-2's and EAGLE-3's depth and node budget, each "
+                        "beside its default; the tuner measures for a few seconds before the run")
     parser.add_argument("--batch", type=positive_int, help="decode B prompts at a time (chapter 09): the chain "
                         "methods against batched plain decoding, greedy unless --temperatures says otherwise")
 
@@ -88,6 +91,9 @@ def check_bench(parser, args) -> None:
                          "prints its table only")
     elif args.naive:
         parser.error("--naive belongs to --method draft (chapter 03's table); leave it out for the showdown")
+    if args.auto and (args.method != "all" or args.batch):
+        parser.error("--auto belongs to the showdown (--method all, no --batch): it adds the tuned settings beside "
+                     "the defaults there")
     if args.batch and args.method != "all":
         parser.error("--batch runs the batched showdown of the chain methods; leave out --method")
     if args.json and args.csv and os.path.abspath(args.json) == os.path.abspath(args.csv):

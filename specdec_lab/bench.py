@@ -255,7 +255,7 @@ TEMPERATURES = (0.0, 0.7)  # greedy, and the sampling temperature of the showdow
 
 def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
                      gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1), heads: dict | None = None,
-                     drafting: list | None = None) -> dict[str, Method | str]:
+                     drafting: list | None = None, auto: bool = False) -> dict[str, Method | str]:
     """Every method of the course at one temperature: {name: method, or a string saying why it cannot run}.
 
     The settings are the chapters' defaults for the zoo pair: draft chain γ=3 (03: near the peak of the measured
@@ -265,6 +265,9 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     the Medusa heads and EAGLE drafts to use (None: `heads.find(target)`, the zoo's for the zoo target, else what
     `specdec-lab train-heads` trained for it); a method without any is left out, saying how to train it.
     drafting: a list that receives every module the methods draft with (for `run(..., drafting=)`).
+    auto: also the tuned settings (`tune`, chapter 08 section 7), each after its default: the draft model's chain
+    (gamma="auto") and tree (branching="auto"), EAGLE-2's and EAGLE-3's dynamic trees (dynamic="auto"). The tuner
+    measures this device here, before any timing, and each name says what it picked.
     """
     from specdec_lab import measure
     from specdec_lab.decoding import generate
@@ -283,11 +286,24 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     def hf(**kw):
         return lambda ids: (measure.hf_generate(target, ids, n, eos_token_id=eos, temperature=T, **kw).tolist(), None)
 
+    def tuned(make, describe):  # (name, method) of an "auto" drafter: it tunes at its first start (remembered)
+        drafter = make()
+        drafter.start(target, torch.zeros(1, 1, dtype=torch.long, device=target.device))
+        return f"{describe(drafter.tuned.settings)} (auto)", ours(make)
+
     methods: dict[str, Method | str] = {
         "target only": ours(lambda: None),
         f"draft model, chain γ={gamma}": ours(lambda: DraftModelDrafter(draft, gamma)),
-        f"draft model, tree {list(branching)}": ours(lambda: DraftModelDrafter(draft, branching=list(branching))),
     }
+    if auto:
+        name, method = tuned(lambda: DraftModelDrafter(draft, "auto"),
+                             lambda s: f"draft model, chain γ={len(s['branching'])}")
+        methods[name] = method
+    methods[f"draft model, tree {list(branching)}"] = ours(lambda: DraftModelDrafter(draft, branching=list(branching)))
+    if auto:
+        name, method = tuned(lambda: DraftModelDrafter(draft, branching="auto"),
+                             lambda s: f"draft model, tree {s['branching']}")
+        methods[name] = method
     from specdec_lab import heads as trained
     from specdec_lab.eagle import EagleDrafter, EagleNet
     from specdec_lab.medusa import MedusaDrafter, MedusaHeads
@@ -304,6 +320,10 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
                                ("EAGLE-3, dynamic tree", "eagle3", lambda net: EagleDrafter(net, dynamic=True))]:
         net = nets.get(method)
         methods[name] = ours(lambda make=make, net=net: make(net)) if net else trained.missing(target, method)
+        if auto and net and "dynamic" in name:
+            tuned_name, tuned_method = tuned(lambda net=net: EagleDrafter(net, dynamic="auto"),
+                                             lambda s: f"{name.split(',')[0]}, tree {s['budget']} nodes, depth {s['depth']}")
+            methods[tuned_name] = tuned_method
     if drafting is not None:  # whatever drafts: the draft model (HF's assistant too), heads, nets, the LM head they read
         drafting += [draft, target.get_output_embeddings(), *nets.values()] + ([medusa] if "medusa" in heads else [])
     methods["prompt lookup (10, 3)"] = ours(lambda: PromptLookupDrafter(10, 3))
@@ -438,20 +458,22 @@ def format_showdown(results: list[dict], temperature: float) -> str:
 
 
 def leaderboard_markdown(results: list[dict]) -> str:
-    """The README's leaderboard, from a greedy (0) and a sampled run: τ, speedup per category, identity."""
+    """The README's leaderboard, from a greedy (0) and a sampled run: τ, speedup per category, the limit the method's
+    own forwards allow and the share of it reached (greedy), identity, and the sampled run's τ and speedup."""
     temps = sorted({r["temperature"] for r in results})
     if temps[0] != 0 or len(temps) != 2:
         raise ValueError(f"the leaderboard wants one greedy and one sampled temperature, got {temps}")
     T = temps[1]
     get = {(r["temperature"], r["method"], r["category"]): r for r in results}
-    lines = [f"| method | τ | speedup: code | edit | doc | **all** | identical to greedy | τ at T = {T:g} | "
-             f"speedup at T = {T:g} |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| method | τ | speedup: code | edit | doc | **all** | limit | efficiency | identical to greedy | "
+             f"τ at T = {T:g} | speedup at T = {T:g} |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in (r for r in results if r["temperature"] == 0 and r["category"] == "all"):
         m = r["method"]
         by = " | ".join(f"{get[0, m, c]['speedup']:.2f}x" for c in CATEGORIES if (0, m, c) in get)
         s = get[T, m, "all"]
         sampled = "greedy only | greedy only" if s["skipped"] else f"{s['tau']:.2f} | {s['speedup']:.2f}x"
-        lines.append(f"| {m} | {r['tau']:.2f} | {by} | **{r['speedup']:.2f}x** | {_identical(r)} | "
+        limit = f"{r['limit']:.2f}x | {r['efficiency']:.2f}" if r.get("limit") else "-- | --"
+        lines.append(f"| {m} | {r['tau']:.2f} | {by} | **{r['speedup']:.2f}x** | {limit} | {_identical(r)} | "
                      f"{sampled} |")
     return "\n".join(lines)
 
@@ -518,7 +540,7 @@ def bench_all(args) -> int:
           f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
     try:
         results = showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
-                           progress=True, gamma=args.gamma)
+                           progress=True, gamma=args.gamma, auto=args.auto)
     except Interrupted as stop:
         return _save_partial(stop.partial, meta, args)
     for T in temperatures:

@@ -162,7 +162,8 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
         k = len(emitted)
         lm.keep(cache, T, path[:k - 1])  # the committed text's K/V but the new pending token's
         if states is not None:  # the target's states at the committed tokens it read: the uncached ones, the nodes
-            states = tuple(h[0, list(range(T - past)) + [T - past + j for j in path[:k]]] for h in states)
+            rows = torch.tensor(list(range(T - past)) + [T - past + j for j in path[:k]], device=buf.device)
+            states = tuple(h[0].index_select(0, rows) for h in states)  # layers x [m, H]
         buf[0, T:T + k] = torch.as_tensor(emitted)
         T += k
         assert lm.cache_len(cache) == T - 1, f"target cache holds {lm.cache_len(cache)}, committed {T}"

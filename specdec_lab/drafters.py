@@ -74,14 +74,23 @@ class DraftModelDrafter(Drafter):
     whole frontier with a tree mask. `commit` keeps the accepted path's K/V by gather. branching=[1] * γ is
     the chain of gamma=γ.
 
+    gamma="auto" / branching="auto" (chapter 08): the chain or tree `tune.auto_tree` picks for this pair on this
+    device at the first `start` (a few seconds of measuring, then remembered); `tuned` holds the pick.
+
     Context: the draft never reads past its own position table. A draft with a shorter context than the
     target's drafts fewer levels near its end, then none (plain decoding finishes the text); a prompt longer
     than the draft's context is refused in `start`.
     """
 
-    def __init__(self, draft, gamma: int | None = None, branching: list[int] | None = None):
+    def __init__(self, draft, gamma: int | str | None = None, branching: list[int] | str | None = None):
         checks.model(draft, "draft", "DraftModelDrafter takes the draft model itself, e.g. "
                      "AutoModelForCausalLM.from_pretrained(name) or zoo.load_pair('tiny')[1]")
+        self.auto = "chain" if gamma == "auto" else "tree" if branching == "auto" else None
+        if self.auto:  # tuned at the first start(), when the target is known; a placeholder until then
+            if gamma is not None and branching is not None:
+                raise checks.ArgumentError("pass gamma='auto' (the best chain) or branching='auto' (the best tree), "
+                                           "not both")
+            gamma, branching = None, [1, 1, 1]
         if branching is not None:
             branching = checks.branching(branching)
             if gamma is not None and gamma != len(branching):
@@ -90,9 +99,10 @@ class DraftModelDrafter(Drafter):
         else:
             # γ = 3: near the peak of chapter 03's measured curve for the zoo pair (flat there; fastest γ varies)
             gamma = 3 if gamma is None else gamma
-            gamma = checks.integer(gamma, "gamma", "tokens drafted per step", 1, "for plain decoding pass drafter=None")
+            gamma = checks.integer(gamma, "gamma", "tokens drafted per step", 1, "for plain decoding pass drafter=None "
+                                   "(or gamma='auto': the γ tuned for this device)")
             branching = [1] * gamma
-        self.model, self.branching, self.gamma, self.cache = draft, branching, len(branching), None
+        self.model, self.branching, self.gamma, self.cache, self.tuned = draft, branching, len(branching), None, None
         self.context = lm.context_length(draft) or float("inf")  # the draft's position table
         self.base, self.fed = 0, 0  # the committed length the last tree was drafted after, its nodes in the cache
 
@@ -105,6 +115,12 @@ class DraftModelDrafter(Drafter):
         if ids.shape[1] > self.context:
             raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the draft's context of {self.context}: "
                              f"shorten it to {self.context} tokens or fewer")
+        if self.auto and self.tuned is None:  # measure this device once, pick, remember (tune.auto_tree)
+            from specdec_lab import tune
+
+            self.tuned = tune.auto_tree(target, self.model, chain=self.auto == "chain")
+            self.branching = self.tuned.settings["branching"]
+            self.gamma = len(self.branching)
         if any(b > 1 for b in self.branching):  # a tree: both models read it through a custom mask
             lm.require_custom_masks(target, "tree drafts")
             lm.require_custom_masks(self.model, "tree drafts")

@@ -375,17 +375,22 @@ class EagleDrafter(Drafter):
     `topk` children per expanded node and `topk` nodes kept per level, `depth` levels, and the best `budget`
     nodes overall by cumulative draft log-probability. The defaults (top-4, 8 levels, 24 nodes: the size of
     Medusa's tree in chapter 05) gave the zoo draft the highest τ of the settings notebook 06 tries.
+    dynamic="auto": EAGLE-2 with the depth and budget `tune.auto_eagle` picks for this target on this device at
+    the first `start` (a few seconds, then remembered); `tuned` holds the pick (predicted τ, cost, speedup).
     """
 
     needs_hidden = True
 
-    def __init__(self, net: EagleNet, branching: Sequence[int] | None = None, dynamic: bool = False,
+    def __init__(self, net: EagleNet, branching: Sequence[int] | None = None, dynamic: bool | str = False,
                  topk: int = 4, depth: int = 8, budget: int = 24):
         checks.instance(net, EagleNet, "net", "EagleDrafter.from_zoo(target, version=1), or "
                         "EagleDrafter(EagleNet.from_zoo(target))")
         if dynamic and branching is not None:
             raise checks.ArgumentError("pass branching (a static tree) or dynamic=True (EAGLE-2's tree), not both")
-        self.net, self.dynamic = net, bool(dynamic)
+        if isinstance(dynamic, str) and dynamic != "auto":
+            raise checks.ArgumentError(f"dynamic={dynamic!r}: pass True (EAGLE-2's tree), False (a static tree) or "
+                                       "'auto' (EAGLE-2 with the depth and budget tuned for this device)")
+        self.net, self.dynamic, self.auto, self.tuned = net, bool(dynamic), dynamic == "auto", None
         self.branching = checks.branching([1, 1, 1, 1] if branching is None else branching)
         self.topk = checks.integer(topk, "topk", "children per expanded node")
         self.depth = checks.integer(depth, "depth", "levels of the dynamic tree")
@@ -393,13 +398,13 @@ class EagleDrafter(Drafter):
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @classmethod
-    def from_zoo(cls, target, version: int = 1, dynamic: bool = False, **kwargs) -> EagleDrafter:
+    def from_zoo(cls, target, version: int = 1, dynamic: bool | str = False, **kwargs) -> EagleDrafter:
         """The drafter with the draft shipped for the zoo target: version 1 (EAGLE-1; dynamic=True is
         EAGLE-2's tree) or 3 (EAGLE-3)."""
         return cls(EagleNet.from_zoo(target, version), dynamic=dynamic, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, target, folder: Path | str, dynamic: bool = False, **kwargs) -> EagleDrafter:
+    def from_pretrained(cls, target, folder: Path | str, dynamic: bool | str = False, **kwargs) -> EagleDrafter:
         """The drafter with a draft trained for `target` by `specdec-lab train-heads --method eagle1|eagle3`
         (dynamic=True: EAGLE-2's tree)."""
         return cls(EagleNet.from_pretrained(target, folder), dynamic=dynamic, **kwargs)
@@ -410,6 +415,11 @@ class EagleDrafter(Drafter):
             raise ValueError(f"this EAGLE draft was built for hidden size {self.net.hidden}, the target has {H}: "
                              "train one for this target")
         lm.require_custom_masks(target, "EAGLE's drafts")  # the target reads every draft through a tree mask
+        if self.auto and self.tuned is None:
+            from specdec_lab import tune
+
+            self.tuned = tune.auto_eagle(target, self.net)
+            self.depth, self.budget, self.topk = (self.tuned.settings[k] for k in ("depth", "budget", "topk"))
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @torch.no_grad()
@@ -433,25 +443,30 @@ class EagleDrafter(Drafter):
             return self._dynamic(min(self.depth, limit))
         return self._static(self.branching[:limit])
 
-    def _feed(self, grower: TreeBuilder, out: Tensor) -> tuple[Tensor, Tensor]:
+    def _feed(self, grower: TreeBuilder, out: Tensor, scores: bool = True) -> tuple[Tensor, Tensor]:
         """One forward over the frontier: each node reads its parent's output (a row of the last forward's
-        `out` [m', H]) and its own token, at position n_true + depth. Returns (outputs [m, H], log-probs [m, V])."""
+        `out` [m', H]) and its own token, at position n_true + depth. Returns (outputs [m, H], log-probs [m, V]);
+        scores=False: logits instead (a static tree only ranks them)."""
         rows = [grower.rows[i] for i in grower.frontier]  # [m] its parent's row in `out`
         tokens, positions, mask = grower.feed()  # [m], [m], [m, n_true + fed + m]
         ids = torch.tensor([tokens], device=out.device)  # [1, m]
         out = self.net(out[rows][None], ids, positions, mask, self.cache)[0]  # [m, H]
-        return out, F.log_softmax(self.net.logits(out).float(), -1)  # [m, H], [m, V]
+        logits = self.net.logits(out)  # [m, V]
+        return out, F.log_softmax(logits.float(), -1) if scores else logits  # [m, H], [m, V]
 
     def _static(self, branching: list[int]) -> DraftTree:
         grower, out = TreeBuilder(self.n_true), self.root[None]  # out: the frontier's outputs [m, H]
-        logp = F.log_softmax(self.net.logits(out).float(), -1)  # [1, V] after the pending token
+        logits = self.net.logits(out)  # [1, V] after the pending token
         for level, b in enumerate(branching):
             if level:
-                out, logp = self._feed(grower, out)
-            grower.grow_each(logp.topk(b, -1).indices.tolist())  # [m, b] distinct picks per frontier node
+                out, logits = self._feed(grower, out, scores=False)
+            grower.grow_each(logits.topk(b, -1).indices.tolist())  # [m, b] distinct picks per frontier node
         return grower.tree()
 
-    def _dynamic(self, depth: int) -> DraftTree:
+    def pool(self, depth: int) -> tuple[list[int], list[int], list[float]]:
+        """EAGLE-2's candidate pool `depth` levels deep: (tokens, parents, cumulative log-probs) of every
+        candidate proposed, in the order proposed (parents first). Each level expands the `topk` best
+        candidates of the level before (one forward over them) into their top-k children."""
         grower, out, scores = TreeBuilder(self.n_true), self.root[None], []  # every candidate ever proposed
         logp = F.log_softmax(self.net.logits(out).float(), -1)  # [1, V] after the pending token
         for level in range(depth):
@@ -462,7 +477,10 @@ class EagleDrafter(Drafter):
             new = grower.grow(rows.tolist(), tokens.tolist())
             scores += sc.tolist()
             grower.frontier = new[:self.topk]  # keep the k best of this depth for expansion
-        keep = select_nodes(scores, grower.parents, self.budget)  # best `budget` of the pool, parents first
+        return grower.tokens, grower.parents, scores
+
+    def _dynamic(self, depth: int) -> DraftTree:
+        tokens, parents, scores = self.pool(depth)
+        keep = select_nodes(scores, parents, self.budget)  # best `budget` of the pool, parents first
         index = {old: new for new, old in enumerate(keep)}
-        return DraftTree([grower.tokens[i] for i in keep], [-1 if grower.parents[i] < 0 else index[grower.parents[i]]
-                                                            for i in keep])
+        return DraftTree([tokens[i] for i in keep], [-1 if parents[i] < 0 else index[parents[i]] for i in keep])

@@ -175,13 +175,24 @@ class TreeBuilder:
 
     def feed(self) -> tuple[list[int], Tensor, Tensor]:
         """The frontier as the drafter's next input: (tokens [m], positions [m], mask [m, base + fed + m])."""
-        f = self.frontier
-        ancestors = tree_mask(self.parents)[f][:, self.fed]  # [m, fed] which fed nodes lie on each one's path
-        mask = torch.cat([torch.ones(len(f), self.base, dtype=torch.bool), ancestors,
-                          torch.eye(len(f), dtype=torch.bool)], 1)  # [m, base + fed + m]
-        depths = tree_depths(self.parents)
+        f, slot = self.frontier, {node: j for j, node in enumerate(self.fed)}  # slot: a fed node's cache index
+        up = [self.ancestors(i) for i in f]  # each frontier node's ancestors: all fed already
+        seen = [(r, self.base + slot[a]) for r, ancestors in enumerate(up) for a in ancestors]
+        mask = torch.zeros(len(f), self.base + len(self.fed) + len(f), dtype=torch.bool)  # [m, base + fed + m]
+        mask[:, :self.base] = True  # the committed text
+        if seen:  # the fed ancestors on each node's path
+            mask[torch.tensor([r for r, _ in seen]), torch.tensor([c for _, c in seen])] = True
+        mask[:, self.base + len(self.fed):] = torch.eye(len(f), dtype=torch.bool)  # itself
         self.fed = self.fed + f
-        return [self.tokens[i] for i in f], self.base + torch.tensor([depths[i] for i in f]), mask
+        return [self.tokens[i] for i in f], self.base + torch.tensor([len(a) for a in up]), mask
+
+    def ancestors(self, i: int) -> list[int]:
+        """Node i's ancestors in the tree, nearest first (their number is its depth)."""
+        out = []
+        while self.parents[i] >= 0:
+            i = self.parents[i]
+            out.append(i)
+        return out
 
     def tree(self, q: Tensor | None = None) -> DraftTree:
         return DraftTree(self.tokens, self.parents, q)

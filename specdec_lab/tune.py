@@ -1,0 +1,370 @@
+"""Settings that fit the machine: measure what a pass costs HERE, then pick γ, the draft tree, EAGLE-2's tree.
+
+Derived in notebooks/08_showdown.ipynb, section 7.
+
+The chapters' defaults were chosen for τ, or for a GPU, where a pass over 25 tokens costs about one decode step.
+On a CPU it costs two or more, and a wide tree loses. The tuner measures, in a few seconds on your own device:
+  * v(n): one target pass over n new tokens, in one-token passes (n = 1 .. 64);
+  * c(m): one draft-model forward over m tokens (a tree level of m nodes), in one-token target passes;
+  * e(m): one EAGLE level over m nodes (the net's layer, the LM head, the log-softmax), the same unit;
+and, on calibration texts of its own (never the benchmark's prompts), teacher-forced on the target's greedy text:
+  * the draft model's top-k hit rates (`measure.topk_hit_rates`), for chains and static trees (chapter 04's model);
+  * EAGLE-2's mean accepted length for every depth and node budget, all from one pass that grows the full
+    candidate pool at every position (`eagle_acceptance`).
+Then it maximises the predicted speedup τ / (v(1 + nodes) + the drafting's cost), chapter 02's formula with
+chapter 04's tree model: as Sequoia (Chen et al. 2024) chooses its tree from a measured cost per node count,
+where EAGLE-2 (Li et al. 2024) fixes its budget by hand.
+
+    costs = tune.measure(target, draft=draft)          # Costs: v(n), c(m) on this device, at this thread count
+    pick = tune.best_tree(costs, hit)                   # Pick: the branching with the best predicted speedup
+    DraftModelDrafter(draft, gamma="auto")              # measures and picks at its first start(), then remembers
+    EagleDrafter(net, dynamic="auto")                   # EAGLE-2's depth and budget, picked the same way
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from specdec_lab import economics, lm
+
+__all__ = ["NS", "WIDTHS", "CALIBRATION", "Costs", "Pick", "measure", "calibration_texts", "hit_rates",
+           "eagle_acceptance", "predict_tree", "best_tree", "predict_eagle", "best_eagle", "auto_tree", "auto_eagle"]
+
+NS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64)  # target pass sizes timed; v(n) between: linear
+WIDTHS = (1, 2, 4, 8, 16)  # draft forward sizes timed (a tree level's frontier)
+
+# Calibration texts: written for the tuner, two like each of the suite's categories (code, edit, doc), none of them
+# a benchmark prompt. The tuner's picks are only as good as these are like your workload: pass your own texts.
+CALIBRATION = (
+    "def merge_dicts(*dicts):\n    \"\"\"Return a new dict holding the items of every dict; later ones win.\"\"\"\n"
+    "    result = {}\n    for d in dicts:\n        if not isinstance(d, dict):\n",
+    "class Counter:\n    \"\"\"Count how often each key was added.\"\"\"\n\n    def __init__(self):\n"
+    "        self.counts = {}\n\n    def add(self, key):\n        self.counts[key] = self.counts.get(key, 0) + 1\n\n"
+    "    def most_common(self, n=None):\n",
+    "def read_config(path):\n    with open(path, encoding='utf-8') as f:\n        lines = f.read().splitlines()\n"
+    "    config = {}\n    for line in lines:\n        if not line or line.startswith('#'):\n            continue\n"
+    "        key, value = line.split('=', 1)\n        config[key.strip()] = value.strip()\n    return config\n\n\n"
+    "# The same function, reading the file in binary mode:\ndef read_config(path):\n",
+    "def total_size(paths):\n    total = 0\n    for path in paths:\n        if os.path.isfile(path):\n"
+    "            total += os.path.getsize(path)\n    return total\n\n\n"
+    "# The same function with the loop replaced by sum():\ndef total_size(paths):\n",
+    "def parse_duration(text):\n    \"\"\"",
+    "class LRUCache:\n    def __init__(self, maxsize=128):\n        \"\"\"",
+)
+
+
+def _interp(table: dict[int, float], x: float) -> float:
+    """Piecewise-linear value of a {size: ms} table at x (the last segment extended beyond the largest size)."""
+    keys = sorted(table)
+    if x <= keys[0]:
+        return table[keys[0]]
+    for a, b in zip(keys, keys[1:]):
+        if x <= b or b == keys[-1]:
+            return table[a] + (table[b] - table[a]) * (x - a) / (b - a)
+    return table[keys[0]]  # one size only
+
+
+@dataclass
+class Costs:
+    """What a forward costs on one device at one thread count, in milliseconds (the median of interleaved calls).
+
+    verify[n]: a target pass over n new tokens; draft[m]: a draft-model forward over m tokens; eagle[m]: one EAGLE
+    level over m nodes. v, c, e divide by a one-token target pass: the units of chapters 02 and 04.
+    """
+
+    verify: dict[int, float]
+    draft: dict[int, float] = field(default_factory=dict)
+    eagle: dict[int, float] = field(default_factory=dict)
+    threads: int = 1
+    device: str = "cpu"
+
+    def v(self, n: float) -> float:
+        """A pass over n tokens, in one-token passes (1.0 at n = 1)."""
+        return _interp(self.verify, n) / self.verify[1]
+
+    def c(self, m: float = 1) -> float:
+        """One draft-model forward over m tokens, in one-token target passes."""
+        return _interp(self.draft, m) / self.verify[1]
+
+    def e(self, m: float = 1) -> float:
+        """One EAGLE level over m nodes, in one-token target passes."""
+        return _interp(self.eagle, m) / self.verify[1]
+
+    @classmethod
+    def from_roofline(cls, roofline: economics.Roofline, c: float, e: float | None = None) -> Costs:
+        """The costs a roofline predicts (batch 1): v(n) = t(1, n) / t(1, 1); a draft forward costs c and an
+        EAGLE level e whatever its width (memory-bound: a few more tokens are free), in one-token passes."""
+        t1 = roofline.step_time(1, 1) * 1e3
+        verify = {n: roofline.step_time(1, n) * 1e3 for n in NS}
+        return cls(verify, {m: c * t1 for m in WIDTHS}, {m: (c if e is None else e) * t1 for m in WIDTHS},
+                   threads=0, device="roofline")
+
+
+@dataclass
+class Pick:
+    """A tuner's choice: the settings, the predicted τ and pass cost (one-token passes), speedup = τ / cost."""
+
+    settings: dict
+    tau: float
+    cost: float
+    costs: Costs = field(repr=False)
+
+    @property
+    def speedup(self) -> float:
+        return self.tau / self.cost
+
+
+@torch.inference_mode()
+def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 8, threads: int | None = None,
+            seed: int = 0) -> Costs:
+    """Time the forwards the tuner needs, interleaved in a shuffled order each round (after a warm-up round).
+
+    target at every n in NS; the draft model (when given) and the EAGLE net (when given) at every m in WIDTHS,
+    each after `context` cached tokens. threads: run at this many torch threads (None: as now).
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        device = next(target.parameters()).device
+        gen = torch.Generator().manual_seed(seed)
+        vocab = target.config.get_text_config().vocab_size
+        prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)  # [1, context]
+        new = torch.randint(0, vocab, (1, max(NS)), generator=gen).to(device)  # [1, 64]
+        caches = {"verify": lm.new_cache(target)}
+        lm.forward(target, prefix, caches["verify"])
+        calls = [("verify", n) for n in NS]
+        if draft is not None:
+            caches["draft"] = lm.new_cache(draft)
+            lm.forward(draft, prefix, caches["draft"])
+            calls += [("draft", m) for m in WIDTHS]
+        if eagle is not None:
+            caches["eagle"] = lm.new_cache()
+            H = eagle.hidden
+            feature = torch.randn(1, context + max(WIDTHS), H, generator=gen).to(device, eagle.fc.weight.dtype)
+            eagle(feature[:, :context], prefix, torch.arange(context), None, caches["eagle"])
+            calls += [("eagle", m) for m in WIDTHS]
+
+        def run(kind: str, n: int) -> None:
+            if kind == "verify":
+                lm.forward(target, new[:, :n], caches[kind])  # [1, n, V]
+            elif kind == "draft":
+                lm.forward(draft, new[:, :n], caches[kind])
+            else:  # a level: the net over n nodes, the LM head, the log-probabilities the tree grows from
+                level = torch.cat([torch.ones(n, context, dtype=torch.bool), torch.eye(n, dtype=torch.bool)], 1)
+                out = eagle(feature[:, context:context + n], new[:, :n], torch.full((n,), context), level,
+                            caches[kind])  # [1, n, H]: n siblings, each seeing the cache and itself
+                F.log_softmax(eagle.logits(out).float(), -1)
+            lm.crop(caches[kind], context)
+
+        times: dict[tuple[str, int], list[float]] = {call: [] for call in calls}
+        for r in range(rounds + 1):
+            for i in torch.randperm(len(calls), generator=gen).tolist():
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                run(*calls[i])
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                if r:  # round 0 warms up
+                    times[calls[i]].append(1e3 * (time.perf_counter() - t0))
+        med = {call: statistics.median(ts) for call, ts in times.items()}
+        pick = lambda kind: {n: ms for (k, n), ms in med.items() if k == kind}  # noqa: E731
+        return Costs(pick("verify"), pick("draft"), pick("eagle"), torch.get_num_threads(), device.type)
+    finally:
+        torch.set_num_threads(before)
+
+
+def calibration_texts(target, tokenizer=None, new_tokens: int = 32, texts: Sequence = CALIBRATION
+                      ) -> list[tuple[torch.Tensor, int]]:
+    """[(ids [1, T + new], T)]: each calibration text followed by the target's own greedy continuation.
+
+    texts: strings (then a tokenizer is needed) or [1, T] id tensors.
+    """
+    from specdec_lab.decoding import generate
+
+    device = next(target.parameters()).device
+    out = []
+    for text in texts:
+        ids = tokenizer(text, return_tensors="pt").input_ids if isinstance(text, str) else text
+        ids = ids.to(device)
+        want = generate(target, ids, None, max_new_tokens=new_tokens).tokens
+        out.append((torch.cat([ids, torch.tensor([want], device=device)], 1), ids.shape[1]))
+    return out
+
+
+@torch.inference_mode()
+def hit_rates(draft, texts: list[tuple[torch.Tensor, int]], k: int = 4) -> list[float]:
+    """hit[j-1] = P(the target's greedy token is among the draft's top j), over every continuation token of
+    `texts` (teacher-forced, as `measure.topk_hit_rates`): h(j) of chapter 04's tree model; hit[0] is α."""
+    hits, count = torch.zeros(k), 0
+    for full, T in texts:
+        logits = lm.forward(draft, full[:, :-1])[0, T - 1:]  # [n, V] the draft before each continuation token
+        want = full[0, T:]  # [n]
+        hits += (logits.topk(k, -1).indices == want[:, None]).int().cumsum(-1).sum(0).float().cpu()
+        count += want.numel()
+    return (hits / count).tolist()
+
+
+@torch.inference_mode()
+def eagle_acceptance(target, net, texts: list[tuple[torch.Tensor, int]], max_depth: int = 8, topks: Sequence[int] = (1, 2, 4),
+                     max_budget: int = 64) -> dict[int, list[list[float]]]:
+    """{k: acc} with acc[d][b] = EAGLE-2's mean accepted drafts with k children per expanded node, depth d and a
+    budget of b nodes (0 where d or b is 0). k = 1 is a chain: the draft's greedy guesses, as EAGLE-1 drafts.
+
+    Teacher-forced on the target's greedy text: at every continuation position each drafter (its cache holding
+    true pairs only, as in decoding) grows its full candidate pool `max_depth` deep once; a (d, b) tree is the
+    best b of the candidates shallower than d (`select_nodes`' rule), and it accepts the leading nodes of the
+    pool's path along the target's tokens that it kept. Averaged over every position, not only where a pass
+    begins: close to what decoding sees (a test checks one position against a real pass).
+    """
+    from specdec_lab.eagle import EagleDrafter
+
+    acc = {}
+    for k in topks:
+        drafter = EagleDrafter(net, dynamic=True, topk=k, depth=max_depth)
+        total, count = [[0.0] * (max_budget + 1) for _ in range(max_depth + 1)], 0
+        for full, T in texts:
+            drafter.start(target, full[:, :T])
+            _, states = lm.forward(target, full, hidden=True)  # the target's states at every position
+            rows = tuple(h[0] for h in states)  # layers x [T + n, H]
+            for t in range(T, full.shape[1] - max_depth + 1):  # pending token full[t - 1]; drafts predict full[t:]
+                drafter.commit(full[:, :t], 0, [], tuple(h[drafter.n_true:t - 1] for h in rows))
+                for d, ranks in enumerate(_path_ranks(*drafter.pool(max_depth), full[0, t:t + max_depth].tolist())):
+                    for b in range(1, max_budget + 1):  # accepted: the leading path nodes ranked inside the budget
+                        total[d][b] += next((j for j, r in enumerate(ranks) if r >= b), len(ranks))
+                count += 1
+        acc[k] = [[x / count for x in row] for row in total]
+    return acc
+
+
+def _path_ranks(tokens: list[int], parents: list[int], scores: list[float], want: list[int]) -> list[list[int]]:
+    """ranks[d]: for a tree of depth d, the rank (by score, ties to the lower index) among the candidates shallower
+    than d of each pool node on the path that spells `want`, root first (ranks[0] = [])."""
+    path, node = [], -1
+    for y in want:  # siblings hold distinct tokens: at most one child matches
+        node = next((i for i in range(len(tokens)) if parents[i] == node and tokens[i] == y), None)
+        if node is None:
+            break
+        path.append(node)
+    depth = []
+    for p in parents:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    ranks = [[]]
+    for d in range(1, len(want) + 1):
+        rank = {i: r for r, i in enumerate(i for i in order if depth[i] < d)}
+        ranks.append([rank[i] for i in path[:d]])
+    return ranks
+
+
+def _branchings(max_depth: int, max_branch: int, max_nodes: int) -> list[list[int]]:
+    """Every non-increasing branching list (entries <= max_branch, depth <= max_depth, full tree <= max_nodes)."""
+    out = []
+
+    def grow(branching, width, nodes):
+        if branching:
+            out.append(branching)
+        for b in range(1, (branching[-1] if branching else max_branch) + 1):
+            if len(branching) < max_depth and nodes + width * b <= max_nodes:
+                grow(branching + [b], width * b, nodes + width * b)
+
+    grow([], 1, 0)
+    return out
+
+
+def predict_tree(costs: Costs, hit: Sequence[float], branching: Sequence[int]) -> Pick:
+    """A draft-model tree's predicted τ (chapter 04's model, from the top-k hit rates) and pass cost: v(1 + nodes)
+    plus one draft forward per level over that level's frontier (1 token, then the nodes of the level before)."""
+    widths, width = [1], 1
+    for b in branching[:-1]:
+        width *= b
+        widths.append(width)
+    cost = costs.v(1 + economics.tree_nodes(branching)) + sum(costs.c(w) for w in widths)
+    return Pick({"branching": list(branching)}, economics.tree_expected_tokens(branching, hit), cost, costs)
+
+
+def best_tree(costs: Costs, hit: Sequence[float], chain: bool = False, max_depth: int = 8,
+              max_nodes: int = 64) -> Pick:
+    """The draft-model tree with the best `predict_tree` speedup among the non-increasing branchings (chains only
+    with chain=True). Ties go to the tree found first: the narrower, shallower one."""
+    best = None
+    for branching in _branchings(max_depth, 1 if chain else len(hit), max_nodes):
+        pick = predict_tree(costs, hit, branching)
+        if best is None or pick.speedup > best.speedup + 1e-12:
+            best = pick
+    return best
+
+
+def predict_eagle(costs: Costs, acceptance: dict[int, list[list[float]]], topk: int, depth: int, budget: int) -> Pick:
+    """EAGLE-2's predicted τ = 1 + acc[topk][depth][budget] and pass cost: v(1 + budget), the commit's forward
+    over about τ true pairs, and depth - 1 levels over the top-k frontier."""
+    tau = 1 + acceptance[topk][depth][budget]
+    cost = costs.v(1 + budget) + costs.e(tau) + (depth - 1) * costs.e(topk)
+    return Pick({"topk": topk, "depth": depth, "budget": budget}, tau, cost, costs)
+
+
+def best_eagle(costs: Costs, acceptance: dict[int, list[list[float]]]) -> Pick:
+    """EAGLE-2's top-k, depth and budget with the best `predict_eagle` speedup (ties: the first found, smaller)."""
+    best = None
+    for k, acc in acceptance.items():
+        for d in range(1, len(acc)):
+            for b in range(1, len(acc[d])):
+                pick = predict_eagle(costs, acceptance, k, d, b)
+                if best is None or pick.speedup > best.speedup + 1e-12:
+                    best = pick
+    return best
+
+
+# ---- what the drafters' "auto" settings call: measured once per (models, device, threads) -------------------
+
+_PICKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {key: Pick}
+
+
+def _calibration_ids(target, tokenizer=None) -> list[torch.Tensor]:
+    """The calibration texts in the target's vocabulary: with `tokenizer`, or the one saved beside the target's
+    weights (the zoo's, a Hub checkpoint's); without one, fixed random prompts the target then continues."""
+    if tokenizer is None:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(target.name_or_path, local_files_only=True)
+        except Exception:  # no tokenizer files there: random prompts still give the target's own continuations
+            tokenizer = None
+    if tokenizer is not None:
+        return [tokenizer(text, return_tensors="pt").input_ids for text in CALIBRATION]
+    vocab = target.config.get_text_config().vocab_size
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randint(0, vocab, (1, 24), generator=gen) for _ in CALIBRATION]
+
+
+def _memo(target, key, make) -> Pick:
+    picks = _PICKS.setdefault(target, {})
+    key = key + (torch.get_num_threads(), str(next(target.parameters()).device))
+    if key not in picks:
+        picks[key] = make()
+    return picks[key]
+
+
+def auto_tree(target, draft, chain: bool = False, tokenizer=None) -> Pick:
+    """The chain (chain=True) or static tree for this pair on this device: `measure`, `hit_rates` on the
+    calibration texts, `best_tree`. Remembered per (target, draft, device, threads)."""
+    def make():
+        texts = calibration_texts(target, texts=_calibration_ids(target, tokenizer), new_tokens=40)
+        return best_tree(measure(target, draft=draft), hit_rates(draft, texts), chain=chain)
+    return _memo(target, ("chain" if chain else "tree", id(draft)), make)
+
+
+def auto_eagle(target, net, tokenizer=None) -> Pick:
+    """EAGLE-2's depth and budget for this target and net on this device: `measure`, `eagle_acceptance` on the
+    calibration texts, `best_eagle`. Remembered per (target, net, device, threads)."""
+    def make():
+        texts = calibration_texts(target, texts=_calibration_ids(target, tokenizer), new_tokens=40)
+        return best_eagle(measure(target, eagle=net), eagle_acceptance(target, net, texts))
+    return _memo(target, ("eagle", id(net)), make)
