@@ -20,6 +20,7 @@ Used by notebooks/03_draft_target.ipynb, 06_eagle.ipynb, 08_showdown.ipynb and b
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -309,7 +310,7 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     from specdec_lab.medusa import MedusaDrafter, MedusaHeads
 
     heads = trained.find(target) if heads is None else heads
-    nets = {m: EagleNet.from_pretrained(target, heads[m]) for m in ("eagle1", "eagle3") if m in heads}
+    nets = {m: _loaded(target, heads[m], EagleNet.from_pretrained) for m in ("eagle1", "eagle3") if m in heads}
     if "medusa" in heads:
         medusa = MedusaHeads.from_pretrained(target, heads["medusa"])
         methods[f"Medusa, {len(MedusaDrafter(medusa).choices)}-node tree"] = ours(lambda: MedusaDrafter(medusa))
@@ -326,6 +327,8 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
             methods[tuned_name] = tuned_method
     if drafting is not None:  # whatever drafts: the draft model (HF's assistant too), heads, nets, the LM head they read
         drafting += [draft, target.get_output_embeddings(), *nets.values()] + ([medusa] if "medusa" in heads else [])
+        drafting += [m for net in nets.values() for m in (net.fuse, net.out_norm) if m is not None]  # EAGLE-3's,
+        # called outside the net's forward (the fuse of the target's states at commit, the norm before the head)
     methods["prompt lookup (10, 3)"] = ours(lambda: PromptLookupDrafter(10, 3))
     if T == 0:
         def lookahead(ids):
@@ -337,6 +340,18 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     methods[f"HF assisted, γ={gamma}"] = hf(assistant=draft, num_assistant_tokens=gamma)
     methods["HF prompt lookup, 10"] = hf(prompt_lookup_num_tokens=10)
     return methods
+
+
+_LOADED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {folder: module}
+
+
+def _loaded(target, folder, load):
+    """`load(target, folder)`, once per target and folder: every temperature of a showdown drafts with the same
+    modules, so what `tune` measured for them at the first one (and remembers per module) holds for the next."""
+    per_target = _LOADED.setdefault(target, {})
+    if str(folder) not in per_target:
+        per_target[str(folder)] = load(target, folder)
+    return per_target[str(folder)]
 
 
 def _subset(row: Row, indices: Sequence[int]) -> Row:

@@ -256,14 +256,21 @@ def keep(cache, base: int, nodes=()) -> None:
 
     After a forward over a draft, node j's K/V sits at position base + j (base = the committed length it was
     drafted after). A chain's accepted drafts are a prefix (0, 1, .., m - 1): a crop. A tree's accepted path
-    is not: a gather. Either way nothing is recomputed: each kept node's K/V was computed with exactly its
-    own path in view. Used for the target, the draft model, EAGLE's draft and lookahead's window alike.
+    is not: its few K/V rows move, in place, to the slots right after the committed text, then a crop (the same
+    result as `gather` of the base positions and the nodes, without copying the whole cache). Either way nothing
+    is recomputed: each kept node's K/V was computed with exactly its own path in view. Used for the target,
+    the draft model, EAGLE's draft and lookahead's window alike.
     """
     nodes = list(nodes)
-    if nodes == list(range(len(nodes))):
-        crop(cache, base + len(nodes))
-    else:
-        gather(cache, list(range(base)) + [base + j for j in nodes])
+    if nodes != list(range(len(nodes))):  # a tree's path: rows base + j move to base, base + 1, ...
+        src = torch.tensor([base + j for j in nodes], dtype=torch.long)                  # [m] ascending
+        dst = torch.arange(base, base + len(nodes))                                       # [m], dst <= src
+
+        def move(x):                                                                     # [B, h, L, d] in place
+            return x.index_copy_(-2, dst.to(x.device), x.index_select(-2, src.to(x.device)))
+
+        _each_layer(cache, move, cache_len(cache), skip=lambda keys: keys.numel() == 0)
+    crop(cache, base + len(nodes))
 
 
 def gather(cache, indices) -> None:

@@ -8,15 +8,16 @@ On a CPU it costs two or more, and a wide tree loses. The tuner measures, in a f
   * c(m): one draft-model forward over m tokens (a tree level of m nodes), in one-token target passes;
   * e(m): one EAGLE level over m nodes (the net's layer, the LM head, the log-softmax), the same unit;
 and, on calibration texts of its own (never the benchmark's prompts), teacher-forced on the target's greedy text:
-  * the draft model's top-k hit rates (`measure.topk_hit_rates`), for chains and static trees (chapter 04's model);
+  * where the target's token ranks among the draft model's top k at every position (`draft_ranks`): what any
+    static top-k tree of the draft model would accept (`tree_acceptance`);
   * EAGLE-2's mean accepted length for every depth and node budget, all from one pass that grows the full
     candidate pool at every position (`eagle_acceptance`).
-Then it maximises the predicted speedup τ / (v(1 + nodes) + the drafting's cost), chapter 02's formula with
-chapter 04's tree model: as Sequoia (Chen et al. 2024) chooses its tree from a measured cost per node count,
+Then it maximises the predicted speedup τ / (v(1 + nodes) + the drafting's cost), chapter 02's formula for
+trees: as Sequoia (Chen et al. 2024) chooses its tree from a measured cost per node count,
 where EAGLE-2 (Li et al. 2024) fixes its budget by hand.
 
     costs = tune.measure(target, draft=draft)          # Costs: v(n), c(m) on this device, at this thread count
-    pick = tune.best_tree(costs, hit)                   # Pick: the branching with the best predicted speedup
+    pick = tune.best_tree(costs, ranks)                 # Pick: the branching with the best predicted speedup
     DraftModelDrafter(draft, gamma="auto")              # measures and picks at its first start(), then remembers
     EagleDrafter(net, dynamic="auto")                   # EAGLE-2's depth and budget, picked the same way
 """
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from specdec_lab import economics, lm
 
 __all__ = ["NS", "WIDTHS", "CALIBRATION", "Costs", "Pick", "measure", "calibration_texts", "hit_rates",
-           "eagle_acceptance", "predict_tree", "best_tree", "predict_eagle", "best_eagle", "auto_tree", "auto_eagle"]
+           "eagle_acceptance", "draft_ranks", "tree_acceptance", "predict_tree", "best_tree", "predict_eagle", "best_eagle", "auto_tree", "auto_eagle"]
 
 NS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64)  # target pass sizes timed; v(n) between: linear
 WIDTHS = (1, 2, 4, 8, 16)  # draft forward sizes timed (a tree level's frontier)
@@ -122,9 +123,10 @@ class Pick:
 
 
 @torch.inference_mode()
-def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 8, threads: int | None = None,
+def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 12, threads: int | None = None,
             seed: int = 0) -> Costs:
-    """Time the forwards the tuner needs, interleaved in a shuffled order each round (after a warm-up round).
+    """Time the forwards the tuner needs, interleaved in a shuffled order each round (after a warm-up round); the
+    median of the rounds, made non-decreasing in the number of tokens (timing noise can say otherwise).
 
     target at every n in NS; the draft model (when given) and the EAGLE net (when given) at every m in WIDTHS,
     each after `context` cached tokens. threads: run at this many torch threads (None: as now).
@@ -175,8 +177,12 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 8,
                 if r:  # round 0 warms up
                     times[calls[i]].append(1e3 * (time.perf_counter() - t0))
         med = {call: statistics.median(ts) for call, ts in times.items()}
-        pick = lambda kind: {n: ms for (k, n), ms in med.items() if k == kind}  # noqa: E731
-        return Costs(pick("verify"), pick("draft"), pick("eagle"), torch.get_num_threads(), device.type)
+
+        def table(kind: str) -> dict[int, float]:  # a call over more tokens never costs less: a running maximum
+            sizes = sorted(n for k, n in med if k == kind)
+            return {n: max(med[kind, m] for m in sizes if m <= n) for n in sizes}
+
+        return Costs(table("verify"), table("draft"), table("eagle"), torch.get_num_threads(), device.type)
     finally:
         torch.set_num_threads(before)
 
@@ -200,16 +206,36 @@ def calibration_texts(target, tokenizer=None, new_tokens: int = 32, texts: Seque
 
 
 @torch.inference_mode()
-def hit_rates(draft, texts: list[tuple[torch.Tensor, int]], k: int = 4) -> list[float]:
-    """hit[j-1] = P(the target's greedy token is among the draft's top j), over every continuation token of
-    `texts` (teacher-forced, as `measure.topk_hit_rates`): h(j) of chapter 04's tree model; hit[0] is α."""
-    hits, count = torch.zeros(k), 0
+def draft_ranks(draft, texts: list[tuple[torch.Tensor, int]], k: int = 4) -> list[list[int]]:
+    """Per text, the rank (0 = the draft's top choice, k = not in its top k) of each continuation token among the
+    draft's guesses there, teacher-forced: the draft reads the true text, as it does along an accepted path."""
+    ranks = []
     for full, T in texts:
         logits = lm.forward(draft, full[:, :-1])[0, T - 1:]  # [n, V] the draft before each continuation token
-        want = full[0, T:]  # [n]
-        hits += (logits.topk(k, -1).indices == want[:, None]).int().cumsum(-1).sum(0).float().cpu()
-        count += want.numel()
-    return (hits / count).tolist()
+        hits = logits.topk(k, -1).indices == full[0, T:, None]  # [n, k] where the target's token sits
+        ranks.append(torch.where(hits.any(-1), hits.int().argmax(-1), k).tolist())
+    return ranks
+
+
+def hit_rates(ranks: list[list[int]], k: int = 4) -> list[float]:
+    """hit[j-1] = P(the target's token is among the draft's top j), j = 1..k: h(j) of chapter 04; hit[0] is α."""
+    flat = [r for text in ranks for r in text]
+    return [sum(r < j for r in flat) / len(flat) for j in range(1, k + 1)]
+
+
+def tree_acceptance(ranks: list[list[int]], branching: Sequence[int], span: int = 8) -> float:
+    """Mean drafts a static top-k tree accepts under greedy verification, from the teacher-forced ranks: starting
+    at each position t, level l holds the target's token when its rank at t + l is below branching[l], and the
+    pass accepts the levels up to the first that does not. Exact for greedy top-k trees along the target's text
+    (the draft on an accepted path reads the true text); unlike chapter 04's model it keeps the correlation
+    between neighbouring positions (hard tokens come in runs). The positions: those with `span` tokens after
+    them, the same for every tree up to `span` deep."""
+    total, count = 0, 0
+    for r in ranks:
+        for t in range(len(r) - span + 1):
+            total += next((l for l, b in enumerate(branching) if r[t + l] >= b), len(branching))
+            count += 1
+    return total / count
 
 
 @torch.inference_mode()
@@ -279,24 +305,24 @@ def _branchings(max_depth: int, max_branch: int, max_nodes: int) -> list[list[in
     return out
 
 
-def predict_tree(costs: Costs, hit: Sequence[float], branching: Sequence[int]) -> Pick:
-    """A draft-model tree's predicted τ (chapter 04's model, from the top-k hit rates) and pass cost: v(1 + nodes)
-    plus one draft forward per level over that level's frontier (1 token, then the nodes of the level before)."""
+def predict_tree(costs: Costs, ranks: list[list[int]], branching: Sequence[int]) -> Pick:
+    """A draft-model tree's predicted τ = 1 + `tree_acceptance` and pass cost: v(1 + nodes) plus one draft forward
+    per level over that level's frontier (1 token, then the nodes of the level before)."""
     widths, width = [1], 1
     for b in branching[:-1]:
         width *= b
         widths.append(width)
     cost = costs.v(1 + economics.tree_nodes(branching)) + sum(costs.c(w) for w in widths)
-    return Pick({"branching": list(branching)}, economics.tree_expected_tokens(branching, hit), cost, costs)
+    return Pick({"branching": list(branching)}, 1 + tree_acceptance(ranks, branching), cost, costs)
 
 
-def best_tree(costs: Costs, hit: Sequence[float], chain: bool = False, max_depth: int = 8,
+def best_tree(costs: Costs, ranks: list[list[int]], chain: bool = False, max_depth: int = 8, max_branch: int = 4,
               max_nodes: int = 64) -> Pick:
     """The draft-model tree with the best `predict_tree` speedup among the non-increasing branchings (chains only
     with chain=True). Ties go to the tree found first: the narrower, shallower one."""
     best = None
-    for branching in _branchings(max_depth, 1 if chain else len(hit), max_nodes):
-        pick = predict_tree(costs, hit, branching)
+    for branching in _branchings(max_depth, 1 if chain else max_branch, max_nodes):
+        pick = predict_tree(costs, ranks, branching)
         if best is None or pick.speedup > best.speedup + 1e-12:
             best = pick
     return best
@@ -353,11 +379,11 @@ def _memo(target, key, make) -> Pick:
 
 
 def auto_tree(target, draft, chain: bool = False, tokenizer=None) -> Pick:
-    """The chain (chain=True) or static tree for this pair on this device: `measure`, `hit_rates` on the
+    """The chain (chain=True) or static tree for this pair on this device: `measure`, `draft_ranks` on the
     calibration texts, `best_tree`. Remembered per (target, draft, device, threads)."""
     def make():
         texts = calibration_texts(target, texts=_calibration_ids(target, tokenizer), new_tokens=40)
-        return best_tree(measure(target, draft=draft), hit_rates(draft, texts), chain=chain)
+        return best_tree(measure(target, draft=draft), draft_ranks(draft, texts), chain=chain)
     return _memo(target, ("chain" if chain else "tree", id(draft)), make)
 
 

@@ -131,6 +131,21 @@ def test_command_line(tmp_path, capsys):
     assert (tmp_path / "b.csv").read_text().startswith("temperature,method,category")
 
 
+def test_auto_rows_sit_beside_their_defaults_and_stay_exact(tmp_path, capsys):
+    code = main(["bench", "--auto", "--limit", "1", "--max-new-tokens", "6", "--temperatures", "0", "--threads", "1",
+                 "--json", str(tmp_path / "a.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = [r for r in json.loads((tmp_path / "a.json").read_text())["results"] if r["category"] == "all"]
+    names = [r["method"] for r in rows]
+    auto = [n for n in names if n.endswith("(auto)")]
+    assert [n.split(",")[0] for n in auto] == ["draft model", "draft model", "EAGLE-2", "EAGLE-3"], names
+    for n in auto:  # each right after its default
+        before = names[names.index(n) - 1]
+        assert before.split(",")[0] == n.split(",")[0] and not before.endswith("(auto)"), names
+    assert all(r["identical"] == 1 for r in rows), rows
+
+
 def test_batched_command_line(tmp_path, capsys):
     code = main(["bench", "--batch", "3", "--limit", "5", "--max-new-tokens", "8", "--temperatures", "0,0.7",
                  "--threads", "1", "--json", str(tmp_path / "b.json")])
@@ -191,9 +206,10 @@ def test_readme_leaderboard_is_the_committed_run():
     data = json.loads((root / "results" / "showdown-tiny-cpu.json").read_text())
     assert data["meta"]["pair"] == "tiny" and data["meta"]["prompts"] == 52 and data["meta"]["threads"] == 1
     greedy = [r for r in data["results"] if r["temperature"] == 0 and r["category"] == "all"]
-    assert len(greedy) == 11 and all(r["identical"] == 52 for r in greedy)
+    assert len(greedy) == 15 and all(r["identical"] == 52 for r in greedy)
+    assert sum(r["method"].endswith("(auto)") for r in greedy) == 4
     readme = (root / "README.md").read_text()
     assert bench.leaderboard_markdown(data["results"]) in readme, "regenerate the README's leaderboard"
-    assert "specdec-lab bench --threads 1 --json results/showdown-tiny-cpu.json" in readme
+    assert "specdec-lab bench --auto --threads 1 --json results/showdown-tiny-cpu.json" in readme
     with open(root / "results" / "showdown-tiny-cpu.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == len(data["results"])

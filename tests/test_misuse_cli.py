@@ -52,6 +52,8 @@ def no_loading(monkeypatch):
     (["--naive"], ["--naive", "--method draft"]),
     (["--batch", "0"], ["--batch", "'0'", "1 or more"]),
     (["--batch", "4", "--method", "draft"], ["--batch", "leave out --method"]),
+    (["--auto", "--method", "draft"], ["--auto", "the showdown"]),
+    (["--auto", "--batch", "4"], ["--auto", "no --batch"]),
     (["--json", "r.json", "--csv", "./r.json"], ["--json and --csv", "different files"]),
 ])
 def test_bench_flags_are_checked_first(argv, words, no_loading, capsys):

@@ -44,26 +44,43 @@ def test_branchings_are_the_non_increasing_trees_within_the_limits():
     for b in trees:
         assert 1 <= len(b) <= 4 and b == sorted(b, reverse=True) and economics.tree_nodes(b) <= 20
     assert [1, 1, 1, 1] in trees and [3, 2, 1] in trees and [3, 3] in trees  # 3 + 9 = 12 nodes
-    assert [3, 3, 1] in trees and [3, 3, 2] not in trees  # 21 and 39 nodes
+    assert [3, 3, 1] not in trees and [3, 2, 1, 1] not in trees  # 21 nodes each
     assert tune._branchings(3, 1, 64) == [[1], [1, 1], [1, 1, 1]]
 
 
-@pytest.mark.parametrize("alpha, c, slope", [(0.8, 0.1, 0.0), (0.8, 0.37, 0.08), (0.6, 0.2, 0.02), (0.9, 0.05, 0.2)])
-def test_the_best_chain_is_chapter_02s_optimal_gamma(alpha, c, slope):
-    costs = flat(slope, c)
-    pick = tune.best_tree(costs, [alpha] * 4, chain=True)
-    gamma = economics.optimal_gamma(alpha, c, max_gamma=8, verify_cost=lambda g: costs.v(g + 1))
-    assert pick.settings["branching"] == [1] * gamma
-    assert pick.speedup == pytest.approx(economics.speedup(alpha, gamma, c, costs.v(gamma + 1)))
+def test_tree_acceptance_counts_leading_levels_that_hold_the_target_token():
+    ranks = [[0, 0, 1, 3, 0, 0, 0, 2]]  # where the target's token ranked among the draft's guesses, per position
+    # span 2: positions 0..6; a chain of 2 accepts 2, 1, 0, 0, 2, 2, 1 drafts there
+    assert tune.tree_acceptance(ranks, [1, 1], span=2) == pytest.approx(8 / 7)
+    assert tune.tree_acceptance(ranks, [2, 2], span=2) == pytest.approx((2 + 2 + 1 + 0 + 2 + 2 + 1) / 7)
+    assert tune.tree_acceptance(ranks, [4, 1], span=2) == pytest.approx((2 + 1 + 1 + 2 + 2 + 2 + 1) / 7)
+    assert tune.hit_rates(ranks) == [5 / 8, 6 / 8, 7 / 8, 1.0]
 
 
 def test_trees_win_where_nodes_are_free_and_lose_where_they_cost():
-    hit = [0.6, 0.8, 0.9, 0.95]  # top-k hit rates: a second guess is often right
-    free = tune.best_tree(flat(0.0, 0.0), hit)
+    gen = torch.Generator().manual_seed(0)
+    ranks = [torch.multinomial(torch.tensor([0.6, 0.2, 0.1, 0.05, 0.05]), 200, True, generator=gen).tolist()]
+    free = tune.best_tree(flat(0.0, 0.0), ranks)
     assert sum(free.settings["branching"]) > len(free.settings["branching"])  # a real tree
-    assert free.tau == max(economics.tree_expected_tokens(b, hit) for b in tune._branchings(8, 4, 64))
-    costly = tune.best_tree(flat(0.3, 0.1), hit)
+    assert free.tau == max(1 + tune.tree_acceptance(ranks, b) for b in tune._branchings(8, 4, 64))
+    costly = tune.best_tree(flat(0.3, 0.1), ranks)
     assert set(costly.settings["branching"]) == {1}  # every extra node costs 0.3 of a step: a chain
+    chain = tune.best_tree(flat(0.02, 0.2), ranks, chain=True)
+    gammas = {g: tune.predict_tree(chain.costs, ranks, [1] * g).speedup for g in range(1, 9)}
+    assert chain.settings["branching"] == [1] * max(gammas, key=gammas.get)
+
+
+@pytest.mark.parametrize("branching", [[1, 1, 1], [2, 2, 1, 1], [3, 1], [4, 2, 1]])
+def test_tree_acceptance_matches_a_real_pass(pair, branching):
+    """Teacher-forced at the position where decoding drafts first, the estimate is that pass's accepted length."""
+    target, draft, tok = pair
+    for text in tune.CALIBRATION[:3]:
+        ids = tok(text, return_tensors="pt").input_ids
+        gen = generate(target, ids, DraftModelDrafter(draft, branching=branching), max_new_tokens=12)
+        want = generate(target, ids, None, max_new_tokens=len(branching)).tokens
+        full, T = torch.cat([ids, torch.tensor([want])], 1), ids.shape[1]  # one position: the draft's first pass
+        ranks = tune.draft_ranks(draft, [(full, T)])  # (the prompt's pass drafts already, unlike EAGLE's)
+        assert tune.tree_acceptance(ranks, branching, span=len(branching)) == gen.accept_lengths[0], text
 
 
 def test_eagle_pick_weighs_tau_against_the_pass():
@@ -92,12 +109,12 @@ def test_hit_rates_are_cumulative_and_agree_with_measure(pair):
 
     target, draft, tok = pair
     texts = tune.calibration_texts(target, tok, new_tokens=12, texts=tune.CALIBRATION[:2])
-    hit = tune.hit_rates(draft, texts, k=3)
+    ranks = tune.draft_ranks(draft, texts, k=3)
+    assert [len(r) for r in ranks] == [12, 12] and all(0 <= x <= 3 for r in ranks for x in r)
+    hit = tune.hit_rates(ranks, k=3)
     assert hit == sorted(hit) and 0 < hit[0] <= hit[-1] <= 1
-    one = [tune.hit_rates(draft, [t], k=3) for t in texts]
-    direct = [measure.topk_hit_rates(target, draft, t[0][:, :t[1]], 12, 3) for t in texts]
-    assert one == pytest.approx(direct, abs=1e-6)
-    assert hit == pytest.approx([(a + b) / 2 for a, b in zip(*one)])  # 12 tokens each: the plain mean
+    direct = [measure.topk_hit_rates(target, draft, full[:, :T], 12, 3) for full, T in texts]
+    assert hit == pytest.approx([(a + b) / 2 for a, b in zip(*direct)])  # 12 tokens each: the plain mean
 
 
 @pytest.mark.parametrize("topk, depth, budget", [(4, 3, 7), (2, 4, 6), (1, 4, 4), (4, 6, 24)])
