@@ -4,8 +4,8 @@ Derived in notebooks/08_showdown.ipynb, section 7.
 
 The chapters' defaults were chosen for τ, or for a GPU, where a pass over 25 tokens costs about one decode step.
 On a CPU it costs two or more, and a wide tree loses. The tuner measures, in a few seconds on your own device:
-  * v(n): one target pass over n new tokens, in one-token passes (n = 1 .. 64);
-  * c(m): one draft-model forward over m tokens (a tree level of m nodes), in one-token target passes;
+  * v(n): one target pass over n new tokens (n = 1 .. 64), in plain decoding steps;
+  * c(m): one draft-model forward over m tokens (a tree level of m nodes), in the same unit;
   * e(m): one EAGLE level over m nodes (the net's layer, the LM head, the log-softmax), the same unit;
 and, on calibration texts of its own (never the benchmark's prompts), teacher-forced on the target's greedy text:
   * where the target's token ranks among the draft model's top k at every position (`draft_ranks`): what any
@@ -77,26 +77,33 @@ class Costs:
     """What a forward costs on one device at one thread count, in milliseconds (the median of interleaved calls).
 
     verify[n]: a target pass over n new tokens; draft[m]: a draft-model forward over m tokens; eagle[m]: one EAGLE
-    level over m nodes. v, c, e divide by a one-token target pass: the units of chapters 02 and 04.
+    level over m nodes; step: plain decoding's one-token step (None: verify[1]). v, c, e divide by the step: the
+    units of chapters 02 and 04. `measure` times each call where the loop makes it: a pass right after drafting,
+    drafting right after a pass, plain decoding's step right after another step.
     """
 
     verify: dict[int, float]
     draft: dict[int, float] = field(default_factory=dict)
     eagle: dict[int, float] = field(default_factory=dict)
+    step: float | None = None
     threads: int = 1
     device: str = "cpu"
 
+    @property
+    def unit(self) -> float:
+        return self.verify[1] if self.step is None else self.step
+
     def v(self, n: float) -> float:
-        """A pass over n tokens, in one-token passes (1.0 at n = 1)."""
-        return _interp(self.verify, n) / self.verify[1]
+        """A pass over n tokens, in plain decoding steps."""
+        return _interp(self.verify, n) / self.unit
 
     def c(self, m: float = 1) -> float:
-        """One draft-model forward over m tokens, in one-token target passes."""
-        return _interp(self.draft, m) / self.verify[1]
+        """One draft-model forward over m tokens, in plain decoding steps."""
+        return _interp(self.draft, m) / self.unit
 
     def e(self, m: float = 1) -> float:
-        """One EAGLE level over m nodes, in one-token target passes."""
-        return _interp(self.eagle, m) / self.verify[1]
+        """One EAGLE level over m nodes, in plain decoding steps."""
+        return _interp(self.eagle, m) / self.unit
 
     @classmethod
     def from_roofline(cls, roofline: economics.Roofline, c: float, e: float | None = None) -> Costs:
@@ -123,10 +130,12 @@ class Pick:
 
 
 @torch.inference_mode()
-def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 12, threads: int | None = None,
+def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 10, threads: int | None = None,
             seed: int = 0) -> Costs:
-    """Time the forwards the tuner needs, interleaved in a shuffled order each round (after a warm-up round); the
-    median of the rounds, made non-decreasing in the number of tokens (timing noise can say otherwise).
+    """Time the forwards the tuner needs, in a shuffled order each round (after a warm-up round), each where the
+    decoding loop makes it: a target pass right after a drafter's forward, a draft forward right after a target pass
+    (each model's weights partly pushed out of the caches by the other's, as in the loop), plain decoding's step
+    right after another step. The median of the rounds, made non-decreasing in the number of tokens.
 
     target at every n in NS; the draft model (when given) and the EAGLE net (when given) at every m in WIDTHS,
     each after `context` cached tokens. threads: run at this many torch threads (None: as now).
@@ -141,20 +150,21 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 12
         new = torch.randint(0, vocab, (1, max(NS)), generator=gen).to(device)  # [1, 64]
         caches = {"verify": lm.new_cache(target)}
         lm.forward(target, prefix, caches["verify"])
-        calls = [("verify", n) for n in NS]
+        calls, drafters = [("step", 1)] + [("verify", n) for n in NS], []
         if draft is not None:
             caches["draft"] = lm.new_cache(draft)
             lm.forward(draft, prefix, caches["draft"])
-            calls += [("draft", m) for m in WIDTHS]
+            calls, drafters = calls + [("draft", m) for m in WIDTHS], drafters + ["draft"]
         if eagle is not None:
             caches["eagle"] = lm.new_cache()
             H = eagle.hidden
             feature = torch.randn(1, context + max(WIDTHS), H, generator=gen).to(device, eagle.fc.weight.dtype)
             eagle(feature[:, :context], prefix, torch.arange(context), None, caches["eagle"])
-            calls += [("eagle", m) for m in WIDTHS]
+            calls, drafters = calls + [("eagle", m) for m in WIDTHS], drafters + ["eagle"]
 
         def run(kind: str, n: int) -> None:
-            if kind == "verify":
+            if kind in ("verify", "step"):
+                kind = "verify"
                 lm.forward(target, new[:, :n], caches[kind])  # [1, n, V]
             elif kind == "draft":
                 lm.forward(draft, new[:, :n], caches[kind])
@@ -168,21 +178,27 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 12
         times: dict[tuple[str, int], list[float]] = {call: [] for call in calls}
         for r in range(rounds + 1):
             for i in torch.randperm(len(calls), generator=gen).tolist():
+                kind, n = calls[i]
+                # what runs just before this call in the loop (untimed): drafting before a pass, a pass before
+                # drafting (a small one: the chains'), a step before a step
+                run(*(("verify", 1) if kind == "step" else (drafters[r % len(drafters)], 1)
+                      if kind == "verify" and drafters else ("verify", 4)))
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                run(*calls[i])
+                run(kind, n)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 if r:  # round 0 warms up
-                    times[calls[i]].append(1e3 * (time.perf_counter() - t0))
+                    times[kind, n].append(1e3 * (time.perf_counter() - t0))
         med = {call: statistics.median(ts) for call, ts in times.items()}
 
         def table(kind: str) -> dict[int, float]:  # a call over more tokens never costs less: a running maximum
             sizes = sorted(n for k, n in med if k == kind)
             return {n: max(med[kind, m] for m in sizes if m <= n) for n in sizes}
 
-        return Costs(table("verify"), table("draft"), table("eagle"), torch.get_num_threads(), device.type)
+        return Costs(table("verify"), table("draft"), table("eagle"), med["step", 1], torch.get_num_threads(),
+                     device.type)
     finally:
         torch.set_num_threads(before)
 
