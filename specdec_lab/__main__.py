@@ -77,7 +77,7 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
     parser.add_argument("--auto", action="store_true", help="also run the settings tuned for this device (chapter 08): "
                         "the draft model's best chain and tree, EAGLE-2's and EAGLE-3's depth and node budget, each "
-                        "beside its default; the tuner measures for a few seconds before the run")
+                        "beside its default; the tuner measures for about ten seconds before the run")
     parser.add_argument("--batch", type=positive_int, help="decode B prompts at a time (chapter 09): the chain "
                         "methods against batched plain decoding, greedy unless --temperatures says otherwise")
 

@@ -75,7 +75,7 @@ class DraftModelDrafter(Drafter):
     the chain of gamma=γ.
 
     gamma="auto" / branching="auto" (chapter 08): the chain or tree `tune.auto_tree` picks for this pair on this
-    device at the first `start` (a few seconds of measuring, then remembered); `tuned` holds the pick.
+    device at the first `start` (about five seconds of measuring, then remembered); `tuned` holds the pick.
 
     Context: the draft never reads past its own position table. A draft with a shorter context than the
     target's drafts fewer levels near its end, then none (plain decoding finishes the text); a prompt longer

@@ -376,7 +376,7 @@ class EagleDrafter(Drafter):
     nodes overall by cumulative draft log-probability. The defaults (top-4, 8 levels, 24 nodes: the size of
     Medusa's tree in chapter 05) gave the zoo draft the highest τ of the settings notebook 06 tries.
     dynamic="auto": EAGLE-2 with the depth and budget `tune.auto_eagle` picks for this target on this device at
-    the first `start` (a few seconds, then remembered); `tuned` holds the pick (predicted τ, cost, speedup).
+    the first `start` (about ten seconds, then remembered); `tuned` holds the pick (predicted τ, cost, speedup).
     """
 
     needs_hidden = True

@@ -3,7 +3,7 @@
 Derived in notebooks/08_showdown.ipynb, section 7.
 
 The chapters' defaults were chosen for τ, or for a GPU, where a pass over 25 tokens costs about one decode step.
-On a CPU it costs two or more, and a wide tree loses. The tuner measures, in a few seconds on your own device:
+On a CPU it costs two or more, and a wide tree loses. The tuner measures, in five to ten seconds on your own device:
   * v(n): one target pass over n new tokens (n = 1 .. 64), in plain decoding steps;
   * c(m): one draft-model forward over m tokens (a tree level of m nodes), in the same unit;
   * e(m): one EAGLE level over m nodes (the net's layer, the LM head, the log-softmax), the same unit;
@@ -79,7 +79,8 @@ class Costs:
     verify[n]: a target pass over n new tokens; draft[m]: a draft-model forward over m tokens; eagle[m]: one EAGLE
     level over m nodes; step: plain decoding's one-token step (None: verify[1]). v, c, e divide by the step: the
     units of chapters 02 and 04. `measure` times each call where the loop makes it: a pass right after drafting,
-    drafting right after a pass, plain decoding's step right after another step.
+    a step right after a step, and drafting both right after a pass (the first level of a step: the target's
+    weights have just pushed the draft's out of the caches) and right after drafting (the levels after it).
     """
 
     verify: dict[int, float]
@@ -88,6 +89,8 @@ class Costs:
     step: float | None = None
     threads: int = 1
     device: str = "cpu"
+    draft_next: dict[int, float] | None = None  # a draft forward right after another (None: as after a pass)
+    eagle_next: dict[int, float] | None = None
 
     @property
     def unit(self) -> float:
@@ -97,13 +100,13 @@ class Costs:
         """A pass over n tokens, in plain decoding steps."""
         return _interp(self.verify, n) / self.unit
 
-    def c(self, m: float = 1) -> float:
-        """One draft-model forward over m tokens, in plain decoding steps."""
-        return _interp(self.draft, m) / self.unit
+    def c(self, m: float = 1, after_pass: bool = True) -> float:
+        """One draft-model forward over m tokens, in plain decoding steps: right after a target pass, or not."""
+        return _interp(self.draft if after_pass or not self.draft_next else self.draft_next, m) / self.unit
 
-    def e(self, m: float = 1) -> float:
-        """One EAGLE level over m nodes, in plain decoding steps."""
-        return _interp(self.eagle, m) / self.unit
+    def e(self, m: float = 1, after_pass: bool = True) -> float:
+        """One EAGLE level over m nodes, in plain decoding steps: right after a target pass, or not."""
+        return _interp(self.eagle if after_pass or not self.eagle_next else self.eagle_next, m) / self.unit
 
     @classmethod
     def from_roofline(cls, roofline: economics.Roofline, c: float, e: float | None = None) -> Costs:
@@ -154,17 +157,17 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 10
         if draft is not None:
             caches["draft"] = lm.new_cache(draft)
             lm.forward(draft, prefix, caches["draft"])
-            calls, drafters = calls + [("draft", m) for m in WIDTHS], drafters + ["draft"]
+            calls, drafters = calls + [(k, m) for k in ("draft", "draft+") for m in WIDTHS], drafters + ["draft"]
         if eagle is not None:
             caches["eagle"] = lm.new_cache()
             H = eagle.hidden
             feature = torch.randn(1, context + max(WIDTHS), H, generator=gen).to(device, eagle.fc.weight.dtype)
             eagle(feature[:, :context], prefix, torch.arange(context), None, caches["eagle"])
-            calls, drafters = calls + [("eagle", m) for m in WIDTHS], drafters + ["eagle"]
+            calls, drafters = calls + [(k, m) for k in ("eagle", "eagle+") for m in WIDTHS], drafters + ["eagle"]
 
         def run(kind: str, n: int) -> None:
-            if kind in ("verify", "step"):
-                kind = "verify"
+            kind = {"step": "verify", "draft+": "draft", "eagle+": "eagle"}.get(kind, kind)
+            if kind == "verify":
                 lm.forward(target, new[:, :n], caches[kind])  # [1, n, V]
             elif kind == "draft":
                 lm.forward(draft, new[:, :n], caches[kind])
@@ -180,9 +183,9 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 10
             for i in torch.randperm(len(calls), generator=gen).tolist():
                 kind, n = calls[i]
                 # what runs just before this call in the loop (untimed): drafting before a pass, a pass before
-                # drafting (a small one: the chains'), a step before a step
-                run(*(("verify", 1) if kind == "step" else (drafters[r % len(drafters)], 1)
-                      if kind == "verify" and drafters else ("verify", 4)))
+                # the first level of drafting (a small one: the chains'), a level before the next, a step before a step
+                run(*{"step": ("verify", 1), "verify": (drafters[r % len(drafters)], 1) if drafters else ("verify", 1),
+                      "draft+": ("draft", 1), "eagle+": ("eagle", 1)}.get(kind, ("verify", 4)))
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -198,7 +201,7 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 10
             return {n: max(med[kind, m] for m in sizes if m <= n) for n in sizes}
 
         return Costs(table("verify"), table("draft"), table("eagle"), med["step", 1], torch.get_num_threads(),
-                     device.type)
+                     device.type, table("draft+"), table("eagle+"))
     finally:
         torch.set_num_threads(before)
 
@@ -323,12 +326,12 @@ def _branchings(max_depth: int, max_branch: int, max_nodes: int) -> list[list[in
 
 def predict_tree(costs: Costs, ranks: list[list[int]], branching: Sequence[int]) -> Pick:
     """A draft-model tree's predicted τ = 1 + `tree_acceptance` and pass cost: v(1 + nodes) plus one draft forward
-    per level over that level's frontier (1 token, then the nodes of the level before)."""
+    per level over that level's frontier (1 token right after the pass, then the nodes of the level before)."""
     widths, width = [1], 1
     for b in branching[:-1]:
         width *= b
         widths.append(width)
-    cost = costs.v(1 + economics.tree_nodes(branching)) + sum(costs.c(w) for w in widths)
+    cost = costs.v(1 + economics.tree_nodes(branching)) + sum(costs.c(w, after_pass=not i) for i, w in enumerate(widths))
     return Pick({"branching": list(branching)}, 1 + tree_acceptance(ranks, branching), cost, costs)
 
 
@@ -348,7 +351,7 @@ def predict_eagle(costs: Costs, acceptance: dict[int, list[list[float]]], topk: 
     """EAGLE-2's predicted τ = 1 + acc[topk][depth][budget] and pass cost: v(1 + budget), the commit's forward
     over about τ true pairs, and depth - 1 levels over the top-k frontier."""
     tau = 1 + acceptance[topk][depth][budget]
-    cost = costs.v(1 + budget) + costs.e(tau) + (depth - 1) * costs.e(topk)
+    cost = costs.v(1 + budget) + costs.e(tau) + (depth - 1) * costs.e(topk, after_pass=False)
     return Pick({"topk": topk, "depth": depth, "budget": budget}, tau, cost, costs)
 
 

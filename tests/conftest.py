@@ -54,7 +54,7 @@ TEST_SECONDS = {"test_decoding.py": 100, "test_tree.py": 80, "test_sampling.py":
                 "test_browser.py": 50, "test_notebooks.py": 48, "test_medusa.py": 30, "test_lookahead.py": 20,
                 "test_bench.py": 16, "test_ngram.py": 12, "test_architectures.py": 25, "test_grading_01.py": 4,
                 "test_grading_00.py": 1, "test_identity.py": 15, "test_heads.py": 15,
-                "test_device.py": 35, "test_serving.py": 70}
+                "test_device.py": 35, "test_serving.py": 70, "test_tune.py": 40}
 
 
 def _recorded_seconds(path: Path) -> float:

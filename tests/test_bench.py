@@ -213,3 +213,8 @@ def test_readme_leaderboard_is_the_committed_run():
     assert "specdec-lab bench --auto --threads 1 --json results/showdown-tiny-cpu.json" in readme
     with open(root / "results" / "showdown-tiny-cpu.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == len(data["results"])
+    two = json.loads((root / "results" / "showdown-tiny-cpu-2threads.json").read_text())
+    assert two["meta"]["threads"] == 2 and two["meta"]["prompts"] == 52
+    assert all(r["identical"] == 52 for r in two["results"] if r["temperature"] == 0 and r["category"] == "all")
+    assert bench.leaderboard_markdown(two["results"]) in readme, "regenerate the README's two-thread leaderboard"
+    assert "specdec-lab bench --auto --threads 2 --json results/showdown-tiny-cpu-2threads.json" in readme

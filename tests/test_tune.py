@@ -100,6 +100,7 @@ def test_measure_times_every_size_and_restores_the_threads(pair, net):
     costs = tune.measure(target, draft=draft, eagle=net, rounds=1, threads=2)
     assert torch.get_num_threads() == before and costs.threads == 2 and costs.device == "cpu"
     assert set(costs.verify) == set(tune.NS) and set(costs.draft) == set(costs.eagle) == set(tune.WIDTHS)
+    assert set(costs.draft_next) == set(costs.eagle_next) == set(tune.WIDTHS) and costs.step > 0
     assert all(ms > 0 for table in (costs.verify, costs.draft, costs.eagle) for ms in table.values())
     assert tune.measure(target, rounds=1).draft == {}
 
