@@ -166,6 +166,7 @@ def _library_tree(next_logp: Callable, topk: int, depth: int, budget: int) -> tu
 
     stub = SimpleNamespace(topk=topk, budget=budget, n_true=0, root=torch.zeros(1), _feed=feed,
                            net=SimpleNamespace(logits=lambda out: next_logp([()])))
+    stub.pool = lambda d: EagleDrafter.pool(stub, d)  # the candidate pool, grown by the library's own code
     tree = EagleDrafter._dynamic(stub, depth)
     return tree.tokens, tree.parents
 
