@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_lab import economics, lm
+from specdec_lab.tree import tree_depths
 
 __all__ = ["NS", "WIDTHS", "CALIBRATION", "Costs", "Pick", "measure", "calibration_texts", "hit_rates",
            "eagle_acceptance", "draft_ranks", "tree_acceptance", "predict_tree", "best_tree", "predict_eagle", "best_eagle", "auto_tree", "auto_eagle"]
@@ -298,9 +299,7 @@ def _path_ranks(tokens: list[int], parents: list[int], scores: list[float], want
         if node is None:
             break
         path.append(node)
-    depth = []
-    for p in parents:
-        depth.append(0 if p < 0 else depth[p] + 1)
+    depth = tree_depths(parents)
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     ranks = [[]]
     for d in range(1, len(want) + 1):
