@@ -368,7 +368,7 @@ def best_eagle(costs: Costs, acceptance: dict[int, list[list[float]]]) -> Pick:
 
 # ---- what the drafters' "auto" settings call: measured once per (models, device, threads) -------------------
 
-_PICKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {key: Pick}
+_PICKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {key: Pick, costs, texts or ranks}
 
 
 def _calibration_ids(target, tokenizer=None) -> list[torch.Tensor]:
@@ -388,7 +388,8 @@ def _calibration_ids(target, tokenizer=None) -> list[torch.Tensor]:
     return [torch.randint(0, vocab, (1, 24), generator=gen) for _ in CALIBRATION]
 
 
-def _memo(target, key, make) -> Pick:
+def _memo(target, key, make):
+    """make(), computed once per target, key, thread count and device."""
     picks = _PICKS.setdefault(target, {})
     key = key + (torch.get_num_threads(), str(next(target.parameters()).device))
     if key not in picks:
@@ -399,9 +400,10 @@ def _memo(target, key, make) -> Pick:
 def auto_tree(target, draft, chain: bool = False, tokenizer=None) -> Pick:
     """The chain (chain=True) or static tree for this pair on this device: `measure`, `draft_ranks` on the
     calibration texts, `best_tree`. Remembered per (target, draft, device, threads)."""
-    def make():
-        texts = calibration_texts(target, texts=_calibration_ids(target, tokenizer), new_tokens=40)
-        return best_tree(measure(target, draft=draft), draft_ranks(draft, texts), chain=chain)
+    def make():  # the chain and the tree share one measurement and one set of ranks
+        costs = _memo(target, ("costs", id(draft)), lambda: measure(target, draft=draft))
+        ranks = _memo(target, ("ranks", id(draft)), lambda: draft_ranks(draft, _texts(target, tokenizer)))
+        return best_tree(costs, ranks, chain=chain)
     return _memo(target, ("chain" if chain else "tree", id(draft)), make)
 
 
@@ -409,6 +411,11 @@ def auto_eagle(target, net, tokenizer=None) -> Pick:
     """EAGLE-2's depth and budget for this target and net on this device: `measure`, `eagle_acceptance` on the
     calibration texts, `best_eagle`. Remembered per (target, net, device, threads)."""
     def make():
-        texts = calibration_texts(target, texts=_calibration_ids(target, tokenizer), new_tokens=40)
-        return best_eagle(measure(target, eagle=net), eagle_acceptance(target, net, texts))
+        return best_eagle(measure(target, eagle=net), eagle_acceptance(target, net, _texts(target, tokenizer)))
     return _memo(target, ("eagle", id(net)), make)
+
+
+def _texts(target, tokenizer):
+    """The target's greedy continuations of the calibration texts, once per target: every tuner reads them."""
+    return _memo(target, ("texts",), lambda: calibration_texts(target, texts=_calibration_ids(target, tokenizer),
+                                                              new_tokens=40))

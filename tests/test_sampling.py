@@ -1,7 +1,9 @@
 """specdec_lab.sampling: exactness by chi-square, edge cases, and error messages.
 
-Exactness: every sampler runs N = 100_000 times with a fixed seed, and a test fails when Pearson's
-chi-square p-value of the emitted tokens against the target is below P_MIN = 1e-3.
+Exactness: every sampler runs N = 50_000 times with a fixed seed, and a test fails when Pearson's
+chi-square p-value of the emitted tokens against the target is below P_MIN = 1e-3. At that N the test rejects
+each classic wrong rule with a p-value below 1e-10 (test_exact_test_has_teeth), so more draws buy no more power
+against them, only time.
 `pytest tests/test_sampling.py -k exact -s` prints the p-values.
 """
 
@@ -12,7 +14,7 @@ from torch.testing import assert_close
 from specdec_lab import sampling
 from specdec_lab.grading import chi_square, counts_of
 
-N = 100_000
+N = 50_000
 P_MIN = 1e-3
 
 # Target rows [γ+1, V] and draft rows [γ, V] with zeros on both sides. Row 0 holds every case:
@@ -53,7 +55,7 @@ def assert_chain_exact(outs: list[list[int]], what: str) -> None:
         assert_distributed_as(reached, P[pos], f"{what}, position {pos}")
 
 
-# ---- exactness, 200k draws each ----------------------------------------------------------------
+# ---- exactness, N draws each ----------------------------------------------------------------
 
 
 def test_exact_verify_chain_with_q():
@@ -63,8 +65,10 @@ def test_exact_verify_chain_with_q():
     assert_chain_exact(outs, "verify_chain, q given")
     alphas = torch.minimum(P[:GAMMA], Q).sum(-1)  # [γ] acceptance rate per position
     expected = 1 + alphas.cumprod(0).sum()  # accepted drafts + 1
-    mean = sum(map(len, outs)) / N
-    assert abs(mean - expected) < 0.01, f"mean emitted tokens {mean:.4f}, expected 1 + Σ Π α = {expected:.4f}"
+    lengths = torch.tensor([len(o) for o in outs], dtype=torch.float64)  # [N]
+    tolerance = 4 * float(lengths.std()) / N ** 0.5  # four standard errors of the mean
+    assert abs(float(lengths.mean()) - expected) < tolerance, (
+        f"mean emitted tokens {float(lengths.mean()):.4f}, expected 1 + Σ Π α = {expected:.4f} (± {tolerance:.4f})")
 
 
 def test_exact_verify_chain_deterministic_drafter():

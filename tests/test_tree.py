@@ -264,12 +264,12 @@ def test_tree_sampling_matches_target_distribution(small_vocab_pair, drafter, se
 
 @pytest.mark.skipif(not (zoo.EMBEDDED["tiny"] / "target" / "model.safetensors").exists(), reason="zoo not trained")
 def test_zoo_tree_greedy_identity_on_the_suite():
-    """A chain and three tree shapes on every fourth suite prompt (notebook 04 runs all 52): identical to the
-    target's greedy output."""
+    """A chain and three tree shapes on every eighth suite prompt (notebook 04 runs the same four on all 52):
+    identical to the target's greedy output."""
     from specdec_lab.prompts import load_prompts
 
     target, draft, tok = zoo.load_pair("tiny")
-    suite = [(p["id"], tok(p["prompt"], return_tensors="pt").input_ids) for p in load_prompts()[::4]]
+    suite = [(p["id"], tok(p["prompt"], return_tensors="pt").input_ids) for p in load_prompts()[::8]]
     greedy = {name: generate(target, ids, None, max_new_tokens=24, eos_token_id=tok.eos_token_id).tokens
               for name, ids in suite}
     taus = {}
