@@ -47,6 +47,14 @@ def check() -> int:
     except Exception as e:  # report, do not crash: this is a diagnostic
         print(f"zoo 'tiny'    does not load: {type(e).__name__}: {e}")
         return 1
+    for name, spec in zoo.MODELS.items():  # the real models: converted, installed, or how to install them
+        if (zoo.model_folder(name) / "config.json").exists():
+            state = f"ready in {zoo.model_folder(name)}"
+        elif zoo.shipped_gguf(spec) is not None:
+            state = "installed (zoo.load_model converts it on first use, about 30 s)"
+        else:
+            state = f"not installed: {spec['install']}"
+        print(f"model         {name}: {state}")
     return 0
 
 

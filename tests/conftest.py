@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 FAST = 'pytest tests -m "not browser"'
-HINT = (f"only the fast unit tests (2 to 4 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "
+HINT = (f"only the fast unit tests (about 6 minutes on 2 cores): {FAST}  ·  the browser test alone: pytest -m browser  ·  "
         "one notebook: pytest notebooks/02_speedup_economics.ipynb")
 
 
@@ -45,16 +45,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(HINT)
 
 
-# The longest test files, in seconds with both cores busy (`pytest tests -m "not browser" --durations=0`, rounded;
-# the browser test alone, `pytest -m browser`), and the newest ones (estimates: chapter 01's grader tests, about
-# 4 s, moved out of test_notebooks.py into test_grading_01.py; test_grading_00.py, under a second). Files not
-# listed take a few seconds or less; test_architectures.py (with its trained heads) and test_heads.py: estimates.
-# Only the order they give matters.
-TEST_SECONDS = {"test_decoding.py": 100, "test_tree.py": 80, "test_sampling.py": 57, "test_eagle.py": 56,
-                "test_browser.py": 50, "test_notebooks.py": 48, "test_medusa.py": 30, "test_lookahead.py": 20,
-                "test_bench.py": 16, "test_ngram.py": 12, "test_architectures.py": 25, "test_grading_01.py": 4,
-                "test_grading_00.py": 1, "test_identity.py": 15, "test_heads.py": 15,
-                "test_device.py": 35, "test_serving.py": 70, "test_tune.py": 40}
+# The longest test files, in seconds within the whole test command on a 2-core AMD EPYC with AVX2 only
+# (`pytest --junitxml=times.xml`, then `python tools/test_times.py times.xml`; rounded), and the newest one
+# (test_real_model.py: its first run converts the real model, about 30 s, then decodes for about 25 s). Files not
+# listed take a few seconds or less. Only the order they give matters.
+TEST_SECONDS = {"test_decoding.py": 94, "test_tree.py": 74, "test_eagle.py": 70, "test_serving.py": 66,
+                "test_notebooks.py": 66, "test_bench.py": 60, "test_real_model.py": 55, "test_sampling.py": 40,
+                "test_browser.py": 34, "test_medusa.py": 33, "test_identity.py": 33, "test_tune.py": 30,
+                "test_architectures.py": 24, "test_lookahead.py": 23, "test_grading_03.py": 20,
+                "test_grading_10.py": 14, "test_heads.py": 13, "test_device.py": 13, "test_ngram.py": 9,
+                "test_grading_04.py": 8}
 
 
 def _recorded_seconds(path: Path) -> float:
