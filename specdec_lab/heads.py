@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -52,9 +51,10 @@ CACHE_BYTES = 2e9  # the most host memory the cached target states may take
 def default_folder(target_name: str, method: str) -> Path:
     """Where train-heads writes unless told: <user cache>/specdec-lab/heads/<target>/<method>, <target> the Hub
     id or the absolute path of the target's folder, with "--" for "/"."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    from specdec_lab.zoo import user_cache
+
     name = str(Path(target_name).resolve()) if Path(target_name).is_dir() else str(target_name)
-    return cache / "specdec-lab" / "heads" / name.strip("/").replace("/", "--") / method
+    return user_cache() / "heads" / name.strip("/").replace("/", "--") / method
 
 
 WEIGHTS = {"medusa": "heads.safetensors", "eagle1": "eagle.safetensors", "eagle3": "eagle.safetensors"}

