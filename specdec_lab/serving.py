@@ -105,12 +105,17 @@ class BatchGeneration:
     rows: one `Generation` per prompt, in the prompts' order (its target_calls = the passes it took part in;
         its seconds = when it finished, from the start of the call). first_token_seconds: when each prompt's
         first new token was ready (time to first token, TTFT). steps: batched target passes.
+    prefill_seconds, prefill_tokens: the first step, the prefill (the target reads every prompt, a draft model
+        reads them too and drafts its first chain, EAGLE reads the target's states of them), and the new tokens
+        it emitted; the steps after it are decoding (`decode_throughput`).
     """
 
     rows: list[Generation]
     steps: int = 0
     seconds: float = 0.0
     first_token_seconds: list[float] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    prefill_tokens: int = 0
 
     @property
     def tokens(self) -> list[list[int]]:
@@ -124,6 +129,12 @@ class BatchGeneration:
     def throughput(self) -> float:
         """New tokens per second over the whole batch."""
         return self.new_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def decode_throughput(self) -> float:
+        """New tokens per second of the steps after the prefill: what a cost model of one decoding step predicts."""
+        seconds = self.seconds - self.prefill_seconds
+        return (self.new_tokens - self.prefill_tokens) / seconds if seconds > 0 else 0.0
 
 
 # ---- the batched drafters: each row's chain, every row in one forward per drafted token ----------------------
@@ -332,6 +343,9 @@ def generate_batch(target, prompts, drafter=None, max_new_tokens: int = 64, temp
         active = [active[b] for b in alive]
         assert cache.lengths() == [len(texts[i]) - 1 for i in active], "a row's cache lost track of its text"
         out.steps += 1
+        if out.steps == 1:  # the prefill ends here: every model has read the prompts
+            out.prefill_seconds = time.perf_counter() - start
+            out.prefill_tokens = sum(len(t) - t0 for t, t0 in zip(texts, T0))
     for i, g in enumerate(out.rows):
         g.tokens = texts[i][T0[i]:]
     out.seconds = time.perf_counter() - start

@@ -5,8 +5,9 @@
 * Greedy: every row's output EQUALS its own single-sequence greedy decoding, for each chain drafter, on the
   zoo pair and all 52 suite prompts at batch 13 (notebook 09 checks the same four at batch 32), and on random
   models with EOS, per-row γ and a policy.
-* Sampling: rows of two prompts of different lengths, decoded in batches with per-row γ, follow the target's exact
-  joint distribution of their first 3 tokens (chapter 03's chi-square test, cells pooled, p > P_MIN).
+* Sampling: rows of two prompts of different lengths, decoded in batches with per-row γ (each prompt drafted with
+  γ = 0, 1, 2 and 3), follow the target's exact joint distribution of their first 3 tokens (chapter 03's
+  chi-square test, cells pooled, p > P_MIN).
 """
 import pytest
 import torch
@@ -105,14 +106,20 @@ def small_vocab_pair():
 def test_batched_sampling_matches_target_distribution(small_vocab_pair, settings):
     target, draft = small_vocab_pair
     short, long = [1, 5, 2], [3, 0, 6, 6, 1, 7, 4]
-    prompts, gamma = [short, long] * 50, [2, 3, 0, 1] * 25  # 100 rows: two lengths, four draft lengths
+    # 100 rows: two lengths; rows 2k and 2k + 1 share a draft length, so each prompt's rows get γ = 2, 3, 0, 1
+    prompts, gamma = [short, long] * 50, [(2, 3, 0, 1)[(b // 2) % 4] for b in range(100)]
     g, counts, accepted = torch.Generator().manual_seed(7), {0: torch.zeros(512), 1: torch.zeros(512)}, []
+    first = {0: set(), 1: set()}  # the draft lengths of each prompt's first passes
     for _ in range(3000 // 50):
-        out = generate_batch(target, prompts, DraftModelDrafter(draft, 3), max_new_tokens=3, generator=g,
+        # 4 new tokens: a row drafts at most one fewer than it has left, so γ = 3 drafts in full at the first pass
+        out = generate_batch(target, prompts, DraftModelDrafter(draft, 3), max_new_tokens=4, generator=g,
                              gamma=gamma, **settings)
-        for b, (x, y, z) in enumerate(out.tokens):
+        for b, (row, tokens) in enumerate(zip(out.rows, out.tokens)):
+            x, y, z = tokens[:3]
             counts[b % 2][x * 64 + y * 8 + z] += 1
+            first[b % 2].add(row.draft_lengths[0])
         accepted += [a for row in out.rows for a in row.accept_lengths]
+    assert first == {0: {0, 1, 2, 3}, 1: {0, 1, 2, 3}}, f"each prompt should draft γ = 0 to 3, drafted {first}"
     for which, ids in ((0, short), (1, long)):
         pvalue = pooled_chi_square(counts[which], exact_joint(target, torch.tensor([ids]), Warp(**settings)))
         print(f"{settings}, prompt of {len(ids)} tokens: chi-square p-value {pvalue:.3f} over 3000 rows")
@@ -142,6 +149,9 @@ def test_timing_and_bookkeeping(pair):
     assert [len(t) for t in out.tokens] == [12, 12, 12] and out.new_tokens == 36
     assert all(0 < t <= g.seconds <= out.seconds for t, g in zip(out.first_token_seconds, out.rows))
     assert out.throughput == pytest.approx(36 / out.seconds)
+    assert max(out.first_token_seconds) <= out.prefill_seconds <= out.seconds, "the prefill is the first step"
+    assert out.prefill_tokens == sum(g.accept_lengths[0] + 1 for g in out.rows), "the first step's tokens"
+    assert out.decode_throughput == pytest.approx((36 - out.prefill_tokens) / (out.seconds - out.prefill_seconds))
     assert all(g.tau > 1 for g in out.rows), "the noisy copy should be accepted"
     assert generate_batch(target, prompts, max_new_tokens=0).tokens == [[], [], []]
 
