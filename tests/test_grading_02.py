@@ -182,10 +182,21 @@ def test_measured_speedup_names_the_mistake(fixed_timings, answer, hint):
 
 def test_measured_speedup_passes_right_answers(fixed_timings, capsys):
     grading.check_measured_speedup(_costs(), _predict())
-    grading.check_measured_speedup(_costs(c=REF_C * 1.2, v={n: x / 1.2 if n > 1 else 1.0 for n, x in REF_V.items()}),
+    grading.check_measured_speedup(_costs(c=REF_C * 1.2, v={n: 1 + (x - 1) / 1.2 for n, x in REF_V.items()}),
                                    lambda a, g, c, v: economics.speedup(a, g, c, v[g + 1]))
     out = capsys.readouterr().out
     assert out.count("PASS") == 2 and "measured 1.30x" in out
+
+
+def test_verification_is_not_free_when_it_was_measured_dear(fixed_timings, monkeypatch):
+    """The tolerance applies to v(n) - 1: v(5) = 1.05 ("verification is free") fails against a measured 1.3,
+    which a tolerance on v itself (a quarter either way: 1.04 to 1.63) would let pass."""
+    dear = {1: 1.0, 2: 1.1, 3: 1.17, 4: 1.23, 5: 1.3}
+    monkeypatch.setattr(fixed_timings, "_reference_costs", lambda target, draft, ns, pattern: (REF_C, dict(dear)))
+    with pytest.raises(AssertionError, match=re.escape("v(5) = 1.05")):
+        grading.check_measured_speedup(_costs(v={**dear, 5: 1.05}), _predict())
+    assert not fixed_timings._v_accepted(1.05, [1.3, 1.3, 1.3])
+    assert fixed_timings._v_accepted(1.3, [1.3, 1.3, 1.3]) and fixed_timings._v_accepted(1.35, [1.28, 1.3, 1.31])
 
 
 def test_measured_speedup_tolerance_follows_the_spread(fixed_timings, monkeypatch):
@@ -202,7 +213,7 @@ def test_measured_speedup_checks_the_run(fixed_timings, monkeypatch):
     slow = {n: 3.0 if n > 1 else 1.0 for n in REF_V}  # the grader's own v(n)
     monkeypatch.setattr(fixed_timings, "_timed_run", lambda *a: dict(RUN, plain=0.5))  # measured 0.5x
     monkeypatch.setattr(fixed_timings, "_reference_costs", lambda target, draft, ns, pattern: (REF_C, dict(slow)))
-    low = _costs(c=REF_C / 1.2, v={n: x / 1.2 if n > 1 else 1.0 for n, x in slow.items()})
+    low = _costs(c=REF_C / 1.249, v={n: 1 + (x - 1) / 1.249 for n, x in slow.items()})  # just inside the cost tolerance
     with pytest.raises(AssertionError, match="too high for this run"):
         grading.check_measured_speedup(low, _predict())
     grading.check_measured_speedup(_costs(c=REF_C, v=slow), _predict())

@@ -80,7 +80,14 @@ def _sampled(replace="residual", bonus=True, warp_draft=True, crop=True, accept=
                 out.append(int(torch.multinomial(r, 1, generator=warp.generator)))
                 break
         else:
-            if bonus:
+            if bonus == "q":  # the draft's next distribution (its cache put back: that is not the mistake)
+                out.append(int(warp.sample(warp.probs(lm.forward(draft, x, draft_cache)[0, -1:]))))
+                lm.crop(draft_cache, lm.cache_len(draft_cache) - 1)
+            elif bonus == "p_prev":
+                out.append(int(warp.sample(p[gamma - 1:gamma])))
+            elif bonus == "argmax":
+                out.append(int(p[gamma].argmax()))
+            elif bonus:
                 out.append(int(warp.sample(p[gamma:])))
         if crop:
             lm.crop(target_cache, T + len(out) - 1)
@@ -132,6 +139,9 @@ WRONG = [
     (grading.check_speculative_step_sampled, _sampled(accept="inverse"), "probability q/p"),
     (grading.check_speculative_step_sampled, _sampled(accept="reversed"), "accept when u·q(x) < p(x)"),
     (grading.check_speculative_step_sampled, _sampled(bonus=False), "gives a bonus token"),
+    (grading.check_speculative_step_sampled, _sampled(bonus="q"), "it follows the draft's q"),
+    (grading.check_speculative_step_sampled, _sampled(bonus="p_prev"), "the last draft's own position"),
+    (grading.check_speculative_step_sampled, _sampled(bonus="argmax"), "it is the target's argmax"),
     (grading.check_speculative_step_sampled, _sampled(warp_draft=False), "the same `warp.probs`"),
     (grading.check_speculative_step_sampled, _sampled(crop=False), "was not rolled back"),
     (grading.check_is_exact, _is_exact(pool=False), "pool the cells whose expected count is below 5"),

@@ -74,3 +74,33 @@ def test_a_biased_sampled_drafter_fails_the_chi_square_test():
 def test_a_drafter_that_is_never_accepted_is_not_a_drafter():
     with pytest.raises(AssertionError, match="never accepted"):
         grading.check_capstone(lambda target: Useless())
+
+
+def _broken_suffix(suffix, rule):
+    """The solution's drafter with one rule changed: the most recent continuation instead of the vote, or the
+    shortest earlier match instead of the longest."""
+    class Broken(suffix):
+        def propose(self, ids, warp, limit):
+            tree = super().propose(ids, warp, limit)
+            text = ids[0].tolist()
+            n = 4 if rule == "recent" else 1  # the match length the broken rule uses
+            ends = [e for e in range(n, len(text)) if text[e - n:e] == text[-n:]]
+            if not ends or not tree.tokens:
+                return tree
+            token = text[ends[-1]] if rule == "recent" else max(set(text[e] for e in ends),
+                                                                   key=[text[e] for e in ends].count)
+            return DraftTree.chain([token] + tree.tokens[1:])
+    return Broken
+
+
+@pytest.mark.parametrize("rule, hint", [("recent", "MOST OFTEN"), ("shortest", "LONGEST")])
+def test_the_suffix_rule_is_checked_on_crafted_texts(suffix, rule, hint):
+    broken = _broken_suffix(suffix, rule)
+    with pytest.raises(AssertionError, match=hint):
+        ch10._check_suffix_behaviour(lambda target: broken(), None)
+    ch10._check_suffix_behaviour(lambda target: suffix(), None)
+
+
+def test_an_unknown_option_is_named():
+    with pytest.raises(AssertionError, match="option should be"):
+        grading.check_capstone(lambda target: None, option="D")

@@ -11,7 +11,7 @@ not a measurement at all and says so:
   (the sentence before, the table's caption). A line holding only a marker covers the block below it (a table,
   a paragraph) up to the next blank line; put a blank line before it, since a comment line ends the paragraph.
 Numbers that are names, not figures, are skipped: "chapter 03", "section 6", "exercise 2.1", "§4", headings'
-own numbering, list numbering, link targets, HTML comments, a title cell's reading time. An exercise notebook
+own numbering, list numbering, link targets, HTML comments, fenced code blocks, a title cell's reading time. An exercise notebook
 is committed without outputs; what its solution notebook prints is what running it shows.
 
 A printed 0.3612 supports a written 0.36 (a rounding of it), a printed 0.14 a written 14%. Integers below 10
@@ -97,8 +97,13 @@ def unshown(path: str | Path) -> list[str]:
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "markdown":
             continue
-        covered = False
+        covered = fenced = False
         for line in "".join(cell["source"]).splitlines():
+            if line.lstrip().startswith("```"):  # a fenced block is code, not prose
+                fenced = not fenced
+                continue
+            if fenced:
+                continue
             if line.strip() in MARKERS:
                 covered = True
                 continue

@@ -12,7 +12,8 @@
    with the target as its own draft every draft must pass (γ + 1 tokens a step, else the warps differ or the
    bonus is missing); with an unrelated draft, over many seeded runs, the first token and the first two tokens
    must follow the target's exact distribution (chi-square; the exact distributions of typical wrong rules name
-   the mistake), and both caches must be rolled back after every step.
+   the mistake), and both caches must be rolled back after every step; in the γ = 1 steps where the draft
+   passed, the bonus token must follow the target's next row (a bonus from q, from p[γ-1] or by argmax fails).
 5. `check_is_exact`: the learner's own exactness test must accept three exact decoders (speculative sampling with
    different drafts and γ, and plain sampling) and reject two subtly biased ones (the replacement drawn from p,
    the bonus token drawn from q) on a long-tailed 16-token Markov target, at significance 1e-3, with the runs
@@ -334,9 +335,42 @@ def _check_speculative_step_sampled(fn: Callable) -> None:
           f"the target's joint distribution (chi-square p-value {pv2:.2g}): check the token after an accepted "
           "draft (the next row of p, with the accepted draft in the context), the bonus token (drawn from p at "
           "the last row) and what the next step reads from the rolled-back caches")
+    # 3. the bonus token decides: γ = 1 with the unrelated draft, the steps where the draft passed; the token
+    # after it must follow the target's row after that draft, p(· | ids, x1), summed over the observed x1
+    bonus_runs, rows = 2000, {"the draft's q": warp.probs(lm.forward(other, two)[:, -1]).double()}  # [V, V]
+    counts, want = torch.zeros(V), torch.zeros(V, dtype=torch.float64)
+    wrong = {"the draft's q": torch.zeros(V, dtype=torch.float64), "p_prev": torch.zeros(V, dtype=torch.float64),
+             "argmax": torch.zeros(V, dtype=torch.float64)}
+    bonus_warp = Warp(1.0, generator=seeded(330))
+    for run in range(bonus_runs):
+        out = _sampled_step(fn, target, other, ids0, lm.new_cache(target), lm.new_cache(other), 1, bonus_warp,
+                            f"draft = an unrelated model, gamma = 1, warp = (T 1.0), run {run}")
+        if len(out) == 2:
+            x1, bonus = out
+            counts[bonus] += 1
+            want += joint[x1] / p1[x1]  # p(· | ids, x1)
+            wrong["the draft's q"] += rows["the draft's q"][x1]
+            wrong["p_prev"] += p1
+            wrong["argmax"][int(joint[x1].argmax())] += 1
+    n = int(counts.sum())
+    pv3 = _pooled_p_value(counts, want / n)
+    if pv3 < P_VALUE_MIN:
+        shown = (f"in the {n} of {bonus_runs} steps (γ = 1) where the draft passed, the bonus token does not follow "
+                 f"the target's next row (chi-square p-value {pv3:.2g})")
+        hints = {"the draft's q": "it follows the draft's q: the bonus comes from the TARGET's last row of the "
+                                  "verification pass, p at the position after the last draft",
+                 "p_prev": "it follows p at the last draft's own position (the row that draft was tested "
+                           "against); the bonus comes from the next row, p[γ], after every draft",
+                 "argmax": "it is the target's argmax; under sampling the bonus token is drawn from p[γ] "
+                           "(warp.sample), not picked greedily"}
+        for name, dist in wrong.items():
+            if _pooled_p_value(counts, dist / n) > 1e-3:
+                check(False, f"{shown}: {hints[name]}")
+        check(False, f"{shown}: after all γ drafts pass, draw one more token from the target's last row, p[γ]")
     passed(f"exercise 4: every draft passes when the draft is the target; over {runs} runs with an unrelated "
-           "draft the first token and the first two follow the target's distribution (chi-square); caches rolled "
-           "back after every step")
+           f"draft the first token and the first two follow the target's distribution, and in {n} steps where the "
+           "draft passed, the bonus token follows the target's next row (chi-square); caches rolled back after "
+           "every step")
 
 
 # ---- exercise 5: an exactness test of one's own ---------------------------------------------------------------

@@ -14,7 +14,10 @@ own harness.
 4. τ and speed beside the course's rows in ONE interleaved run (`bench.run`) on the same 13 prompts: plain
    decoding, prompt lookup (10, 3) and the draft-model chain γ = 3, with the learner's drafter; its τ must exceed
    1.1 (a drafter whose proposals are never accepted is not yet a drafter). Speed is reported, not graded: it
-   depends on the machine.
+   depends on the machine;
+5. for option A (the suffix drafter), its own rule on crafted texts (`SUFFIX_CASES`): the first draft continues
+   the LONGEST earlier match of the text's suffix, and among that match's occurrences the continuation that
+   followed most often.
 """
 
 from __future__ import annotations
@@ -73,9 +76,36 @@ def _pooled_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
                       torch.cat([probs[big], probs[~big].sum()[None]]))[1]
 
 
+# Option A's own behaviour, on crafted texts (token ids; the drafter is model-free): (text, the first token it must
+# draft, what a drafter that drafts something else got wrong)
+SUFFIX_CASES = [
+    ([4, 5, 6, 7, 9, 0, 5, 6, 7, 8, 0, 5, 6, 7, 8, 0, 4, 5, 6, 7], 9,
+     "the text ends in 4 5 6 7, which occurred once before, followed by 9; the shorter suffix 5 6 7 occurred more "
+     "recently and more often, followed by 8. Continue the LONGEST earlier match of the suffix"),
+    ([0, 1, 2, 3, 8, 0, 1, 2, 3, 8, 0, 1, 2, 3, 7, 0, 1, 2, 3], 8,
+     "the longest earlier match of the suffix, 0 1 2 3, occurred three times, followed by 8, 8 and 7: continue "
+     "with the token that followed MOST OFTEN (8), not the most recent one (7)"),
+]
+
+
+def _check_suffix_behaviour(make_drafter: Callable, target) -> None:
+    for text, want, why in SUFFIX_CASES:
+        ids = torch.tensor([text])
+        drafter = make_drafter(target)
+        call(drafter.start, target, ids)
+        tree = call(drafter.propose, ids, Warp(0.0), 8)
+        first = [t for t, parent in zip(tree.tokens, tree.parents) if parent == -1]
+        check(first == [want], f"on the text {text} your drafter's first draft is {first or 'nothing'}, expected "
+              f"[{want}]: {why}")
+
+
 @grader
-def check_capstone(make_drafter: Callable) -> None:
-    """The capstone: make_drafter(target) -> a new drafter, exact and useful on the course's harness."""
+def check_capstone(make_drafter: Callable, option: str = "A") -> None:
+    """The capstone: make_drafter(target) -> a new drafter, exact and useful on the course's harness. `option`:
+    the capstone option you built ("A", the suffix drafter, has its own behaviour checked on crafted texts; for "B"
+    and "C" your own measurements are that evidence). make_drafter must accept any causal LM: the sampling test
+    passes a random 1-layer model with 8 tokens."""
+    check(option in ("A", "B", "C"), f"option should be 'A', 'B' or 'C', got {option!r}")
     target, draft, tok = zoo.load_pair("tiny", device="cpu")
     prompts, eos = _held_out(tok), tok.eos_token_id
     with one_thread():
@@ -126,6 +156,9 @@ def check_capstone(make_drafter: Callable) -> None:
     yours = rows[-1]
     check(yours.tau > 1.1, f"your drafter's τ is {yours.tau:.2f} on the held-out prompts: its proposals are "
           "(almost) never accepted, so it only costs time; check what it proposes after the committed text")
-    passed(f"your drafter is exact (greedy {len(prompts)}/{len(prompts)} held-out prompts, sampling p-value "
+    if option == "A":
+        _check_suffix_behaviour(make_drafter, target)
+    passed(("it drafts the longest match's most frequent continuation; " if option == "A" else "")
+           + f"your drafter is exact (greedy {len(prompts)}/{len(prompts)} held-out prompts, sampling p-value "
            f"{pvalue:.3f}) with τ {yours.tau:.2f} ({yours.tokens_per_second / rows[0].tokens_per_second:.2f}x plain "
            "decoding in this run)")
