@@ -7,9 +7,11 @@ import pytest
 import torch
 from helpers import exercise_functions
 
-from specdec_lab import grading
-from specdec_lab.drafters import Drafter
+from specdec_lab import grading, zoo
+from specdec_lab.decoding import generate
+from specdec_lab.drafters import DraftModelDrafter, Drafter
 from specdec_lab.grading import ch10
+from specdec_lab.ngram import PromptLookupDrafter
 from specdec_lab.tree import DraftTree
 
 
@@ -30,6 +32,7 @@ def test_the_solution_passes(suffix, capsys):
     grading.check_capstone(lambda target: suffix())
     out = capsys.readouterr().out
     assert "chi-square p-value" in out and "your drafter" in out and out.strip().splitlines()[-1].startswith("PASS")
+    assert "target passes;" in out and "outside them (drafting, the loop)" in out  # the line under the table
 
 
 def test_the_stub_fails_with_a_hint():
@@ -66,39 +69,107 @@ def test_a_tree_deeper_than_the_limit_is_named():
         grading.check_capstone(lambda target: TooDeep())
 
 
-def test_a_biased_sampled_drafter_fails_the_chi_square_test():
+def test_a_biased_sampled_drafter_fails_the_chi_square_test(monkeypatch):
+    monkeypatch.setattr(ch10, "_check_suffix_behaviour", lambda *a: None)  # not a suffix drafter: the harness alone
     with pytest.raises(AssertionError, match="do not follow the target"):
         grading.check_capstone(lambda target: LiesAboutQ())
 
 
-def test_a_drafter_that_is_never_accepted_is_not_a_drafter():
+def test_a_drafter_that_is_never_accepted_is_not_a_drafter(monkeypatch):
+    monkeypatch.setattr(ch10, "_check_suffix_behaviour", lambda *a: None)  # not a suffix drafter: the harness alone
     with pytest.raises(AssertionError, match="never accepted"):
         grading.check_capstone(lambda target: Useless())
 
 
-def _broken_suffix(suffix, rule):
-    """The solution's drafter with one rule changed: the most recent continuation instead of the vote, or the
-    shortest earlier match instead of the longest."""
-    class Broken(suffix):
+def _rule_drafter(longest=True, pick="vote", narrow=True):
+    """A suffix drafter written plainly, with one rule that can be changed: the shortest earlier match instead of
+    the longest; the earliest or the most recent continuation instead of the vote; the vote over every occurrence
+    at each draft instead of over those the chain so far kept."""
+    class Rule(Drafter):
         def propose(self, ids, warp, limit):
-            tree = super().propose(ids, warp, limit)
             text = ids[0].tolist()
-            n = 4 if rule == "recent" else 1  # the match length the broken rule uses
-            ends = [e for e in range(n, len(text)) if text[e - n:e] == text[-n:]]
-            if not ends or not tree.tokens:
-                return tree
-            token = text[ends[-1]] if rule == "recent" else max(set(text[e] for e in ends),
-                                                                   key=[text[e] for e in ends].count)
-            return DraftTree.chain([token] + tree.tokens[1:])
-    return Broken
+            T = len(text)
+            for n in (range(min(24, T - 1), 0, -1) if longest else range(1, T)):
+                ends = [e for e in range(n, T) if text[e - n:e] == text[T - n:]]  # right after each occurrence
+                if ends:
+                    break
+            else:
+                return DraftTree.chain([])
+            chain, kept = [], ends
+            for j in range(min(limit, 8)):
+                nexts = [text[e + j] for e in (kept if narrow else ends) if e + j < T]
+                if not nexts:
+                    break
+                token = {"vote": max(nexts, key=nexts.count), "earliest": nexts[0], "recent": nexts[-1]}[pick]
+                chain.append(token)
+                kept = [e for e in kept if e + j < T and text[e + j] == token]
+            return DraftTree.chain(chain)
+    return Rule
 
 
-@pytest.mark.parametrize("rule, hint", [("recent", "MOST OFTEN"), ("shortest", "LONGEST")])
-def test_the_suffix_rule_is_checked_on_crafted_texts(suffix, rule, hint):
-    broken = _broken_suffix(suffix, rule)
+@pytest.mark.parametrize("rule, hint", [
+    ({"longest": False}, "LONGEST"),
+    ({"pick": "recent"}, "MOST OFTEN"),
+    ({"pick": "earliest"}, "MOST OFTEN"),
+    ({"narrow": False}, "narrow the matches"),
+], ids=["shortest match", "most recent", "earliest", "no narrowing"])
+def test_the_suffix_rule_is_checked_on_crafted_texts(rule, hint):
+    broken = _rule_drafter(**rule)
     with pytest.raises(AssertionError, match=hint):
-        ch10._check_suffix_behaviour(lambda target: broken(), None)
+        grading.check_capstone(lambda target: broken())  # fails before the harness runs
+
+
+def test_the_crafted_texts_pass_the_right_rule(suffix):
+    ch10._check_suffix_behaviour(lambda target: _rule_drafter()(), None)
     ch10._check_suffix_behaviour(lambda target: suffix(), None)
+
+
+class HiddenChain(Drafter):
+    """Reads the target's states (as an MTP head does) and drafts a chain of `depth` copies of the last token."""
+
+    needs_hidden = True
+
+    def __init__(self, depth):
+        self.depth = depth
+
+    def propose(self, ids, warp, limit):
+        return DraftTree.chain([int(ids[0, -1])] * min(limit, self.depth))
+
+
+class ShiftingTree(Drafter):
+    """A tree whose shape changes from step to step: not option C's static tree."""
+
+    def propose(self, ids, warp, limit):
+        self.step = getattr(self, "step", 0) + 1
+        t = int(ids[0, -1])
+        if limit < 2:
+            return DraftTree.chain([t] if limit else [])
+        return DraftTree([t, t, t], [-1, -1, 0] if self.step % 2 else [-1, 0, -1])
+
+
+@pytest.mark.parametrize("option, make, hint", [
+    ("B", lambda target: PromptLookupDrafter(), "set needs_hidden = True"),
+    ("B", lambda target: HiddenChain(3), "a chain of one or two tokens"),
+    ("C", lambda target: PromptLookupDrafter(), "every proposal of your drafter was a chain"),
+    ("C", lambda target: ShiftingTree(), "2 different shapes"),
+], ids=["B without the states", "B three deep", "C a chain", "C not static"])
+def test_options_b_and_c_are_checked_on_their_proposals(option, make, hint):
+    with pytest.raises(AssertionError, match=hint):
+        grading.check_capstone(make, option=option)
+
+
+def _proposals(drafter, target, prompts):
+    recorder = ch10._Recorder(drafter)
+    for ids in prompts:
+        generate(target, ids, recorder, max_new_tokens=12)
+    return recorder.trees
+
+
+def test_options_b_and_c_pass_their_own_shapes():
+    target, draft, tok = zoo.load_pair("tiny", device="cpu")
+    prompts = ch10._held_out(tok)[:2]
+    ch10._check_tree_shapes("B", True, _proposals(HiddenChain(2), target, prompts))
+    ch10._check_tree_shapes("C", False, _proposals(DraftModelDrafter(draft, branching=[2, 2, 1]), target, prompts))
 
 
 def test_an_unknown_option_is_named():
