@@ -184,3 +184,61 @@ def progress(iterable=None, desc: str | None = None, total: int | None = None, *
     kwargs.setdefault("mininterval", 1.0)
     kwargs.setdefault("file", sys.stderr)
     return _Progress(iterable, desc=desc, total=total, **kwargs)
+
+
+# ---- chapter 03: one round as a timeline (matplotlib only) ------------------------------------------------
+
+
+def draw_round(r, tokenizer=None, ax=None, title: str | None = None):
+    """One speculative round as a timeline, left to right: the draft's γ forwards, the target's ONE pass, the
+    accept/reject test of each draft, the correction or bonus token, the rollback of both caches, with each
+    cache's length under every stage. `r` is a `widgets.Round` (RoundStepper.step()). Returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    g, n = len(r.drafts), r.accepted
+    name = (lambda t: repr(tokenizer.decode([t]))[:10]) if tokenizer is not None else (lambda t: f"#{t}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.05 * (2 * g + 6), 2.6))
+    lanes = {"draft model": 2, "target": 1, "verifier": 0}
+
+    def box(x, w, lane, text, color, under=None):
+        y = lanes[lane]
+        ax.add_patch(plt.Rectangle((x, y - 0.3), w, 0.6, fc=color, ec="gray", lw=0.8))
+        ax.text(x + w / 2, y, text, ha="center", va="center", fontsize=7.5, family="monospace")
+        if under is not None:
+            ax.text(x + w / 2, y - 0.42, under, ha="center", va="center", fontsize=7, color="dimgray")
+
+    (t0, t1, t2), (d0, d1, d2) = r.target_cache, r.draft_cache
+    ax.text(-0.1, 2 - 0.42, f"cache {d0}", ha="right", va="center", fontsize=7, color="dimgray")
+    ax.text(-0.1, 1 - 0.42, f"cache {t0}", ha="right", va="center", fontsize=7, color="dimgray")
+    for i, t in enumerate(r.drafts):  # 1. draft: one forward per token, the first also reads the uncached tail
+        reads = r.committed - d0 if i == 0 else 1
+        box(i, 0.9, "draft model", f"d{i + 1} {name(t)}", "#ffe0b3",
+            f"reads {reads}" + (f", cache {d1}" if i == g - 1 else ""))
+    x = g + 0.1  # 2. verify: ONE target pass over the uncached tail and every draft
+    box(x, 1.6, "target", f"ONE pass\n{g + 1} rows of p", "#c9dcff", f"reads {t1 - t0}, cache {t1}")
+    x += 1.7
+    for i, ok in enumerate(r.passed()):  # 3. accept / reject, left to right
+        mark, color = {True: ("✓", "#c8f7c5"), False: ("✗", "#ffc9c9"), None: ("–", "#eeeeee")}[ok]
+        box(x, 0.9, "verifier", f"{mark} d{i + 1}", color, "not tested" if ok is None else None)
+        x += 1.0
+    last = name(r.emitted[-1])  # 4. the target's own token
+    if r.kind == "correction":
+        box(x, 1.5, "verifier", f"correction\n{last}", "#ffc9c9", "from the residual" if r.temperature else "argmax p")
+    elif r.kind == "bonus":
+        box(x, 1.5, "verifier", f"bonus\n{last}", "#c9dcff", "from p after d" + str(g) if r.temperature else "argmax p")
+    else:
+        box(x, 1.5, "verifier", "cut\n(EOS / budget)", "#eeeeee")
+    x += 1.6  # 5. roll back: each cache keeps the committed text but its last (pending) token
+    box(x, 1.5, "draft model", "roll back", "#e8e8e8", f"cache {d2}" + (" (one behind)" if d2 < t2 else ""))
+    box(x, 1.5, "target", "roll back", "#e8e8e8", f"cache {t2} = text − 1")
+    ax.set_xlim(-1.1, x + 1.7)
+    ax.set_ylim(-0.65, 2.45)
+    ax.set_yticks(list(lanes.values()), list(lanes))
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    k = len(r.emitted)
+    ax.set_title(title or f"round {r.index + 1}: {n} of {g} drafts accepted + 1 {r.kind}: text {r.committed} → "
+                 f"{r.committed + k} tokens", fontsize=9)
+    return ax

@@ -5,20 +5,31 @@ widgets do not render (a repository page, a PDF, nbviewer).
     speedup_grid()    the same numbers as a fixed grid of curves (the fallback)
     tree_explorer()   chapter 04: tree width, depth, hit rate, draft and verify costs; optionally the real pair
     tree_grid()       its static fallback
+    round_stepper()   chapter 03: one round of speculative sampling on the real pair, a button to the next round
+    RoundStepper, round_lines(), round_figure()   the rounds it steps through, in words and as bars (its fallback)
 
-Used by notebooks/02_speedup_economics.ipynb and 04_tree_attention.ipynb. The batch dimension uses a roofline
+Used by notebooks/02_speedup_economics.ipynb, 03_draft_target.ipynb and 04_tree_attention.ipynb. The batch dimension uses a roofline
 model of a real model on a real accelerator (default: Qwen2.5-7B on an H100, `economics.QWEN25_7B_ON_H100`).
 Where no kernel runs, an explorer's saved output is a one-line placeholder (EXPLORER_TEXT, TREE_EXPLORER_TEXT)
-rather than ipywidgets' `VBox(children=...` text; tests/test_browser.py checks both explorers in JupyterLab.
+rather than ipywidgets' `VBox(children=...` text (STEPPER_TEXT for the stepper); tests/test_browser.py checks
+the explorers and the stepper in JupyterLab.
 Works with ipywidgets 8 and 7.7 (Colab's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from specdec_lab import sampling
 from specdec_lab.economics import QWEN25_7B_ON_H100, Roofline, expected_tokens, optimal_gamma, speedup
+from specdec_lab.sampling import Warp
 
 __all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary",
-           "tree_explorer", "tree_grid"]
+           "tree_explorer", "tree_grid", "Round", "RoundStepper", "round_lines", "round_figure", "round_stepper"]
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 EXPLORER_TEXT = ("[the explorer: sliders for α, γ, c and batch size. Run this cell in a live kernel (JupyterLab, "
@@ -340,3 +351,329 @@ def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, s_max: f
     fig.suptitle("estimated speedup of tree shapes as verification cost per node grows", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
+
+
+# ---- chapter 03: one round of the sampled speculative step, stepped through on real logits -------------------
+# Used by notebooks/03_draft_target.ipynb. `RoundStepper` runs `decoding.generate`'s loop body one round at a time
+# with the library's own pieces (DraftModelDrafter.propose, decoding.score, tree.verify_tree, decoding.cut,
+# lm.keep, DraftModelDrafter.commit) and the same generator, so its rounds emit exactly what `generate` emits for
+# the same seed (tests/test_widgets.py). The verifier decides; the stepper only replays the uniforms u it drew
+# (from a copy of the generator's state) to show the test u·q(x) < p(x) that decided.
+
+STEPPER_TEXT = ("[the round stepper: one round of speculative sampling on the real pair, q and p bars per draft, the "
+                "accept test, the residual or the bonus, both caches; a button steps to the next round. Run this cell "
+                "in a live kernel (JupyterLab, Colab) to use it; the static rounds below show the same thing.]")
+
+
+@dataclass
+class Round:
+    """One round of `generate` with a draft-model chain, as `RoundStepper.step` saw it.
+
+    drafts: the γ drafted tokens; q [γ, V] the warped draft distributions they were drawn from (None at T = 0,
+    where the drafts are the draft's argmax); p [γ+1, V] the target's warped distributions from its one pass (row i:
+    after the text and the first i drafts; row γ gives the bonus); u [γ] the uniforms of the accept test (None at
+    T = 0, where a draft passes when it is the target's argmax); accepted: drafts kept (n); emitted: the tokens the
+    round committed (the accepted drafts, then the correction or the bonus, cut at EOS or the length budget);
+    residual [V]: norm(max(p_n - q_n, 0)), the correction's distribution, after a rejection at T > 0;
+    committed: the text's length before the round (prompt included); target_cache, draft_cache: their lengths
+    (before the round, after its forward passes, after the rollback); done: the text is complete.
+    """
+
+    index: int
+    committed: int
+    drafts: list[int]
+    q: Tensor | None
+    p: Tensor
+    u: list[float] | None
+    accepted: int
+    emitted: list[int]
+    residual: Tensor | None
+    target_cache: tuple[int, int, int]
+    draft_cache: tuple[int, int, int]
+    done: bool
+    temperature: float
+
+    @property
+    def kind(self) -> str:
+        """What the round's last token is: 'correction' (a draft was rejected), 'bonus' (all passed), or 'cut'
+        (EOS or the length budget ended the round inside its accepted drafts)."""
+        if len(self.emitted) <= self.accepted:
+            return "cut"
+        return "bonus" if self.accepted == len(self.drafts) else "correction"
+
+    def passed(self) -> list[bool | None]:
+        """Per draft: True (accepted), False (the rejected one), None (never tested: after a rejection)."""
+        n = self.accepted
+        return [True] * n + ([False] if n < len(self.drafts) else []) + [None] * max(len(self.drafts) - n - 1, 0)
+
+
+def _prompt_ids(prompt, tokenizer) -> Tensor:
+    """A prompt as Hugging Face users pass one: text (tokenized here), a tokenizer's output, or token ids."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError("the prompt is text: pass tokenizer=tok (zoo.load_pair and zoo.load_model return one)")
+        return tokenizer(prompt, return_tensors="pt").input_ids  # [1, T]
+    if isinstance(prompt, Mapping):  # a BatchEncoding: tok(text, return_tensors="pt")
+        return torch.as_tensor(prompt["input_ids"])
+    return prompt
+
+
+def _tokenizer_of(model):
+    """The tokenizer saved beside a local model (the zoo's and load_model's folders hold one), else None."""
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(model.name_or_path, local_files_only=True)
+    except Exception:  # no tokenizer files there: tokens are shown as ids
+        return None
+
+
+class RoundStepper:
+    """`decoding.generate(target, ids, DraftModelDrafter(draft, gamma), ...)`, one round per `step()`.
+
+    target, draft: causal LMs with one vocabulary (draft may also be a chain DraftModelDrafter). prompt: text (with
+    `tokenizer`), a tokenizer's output, or token ids. The other arguments are generate's; `seed` seeds the one
+    generator every draw comes from. `rounds` holds every Round so far, `ids` [1, T] the committed text.
+    """
+
+    def __init__(self, target, draft, prompt, gamma: int = 3, temperature: float = 0.8, tokenizer=None,
+                 top_k: int | None = None, top_p: float | None = None, seed: int = 0, max_new_tokens: int = 64,
+                 eos_token_id=None):
+        from specdec_lab import checks, decoding, lm
+        from specdec_lab.drafters import DraftModelDrafter
+
+        self.tokenizer = tokenizer if tokenizer is not None else _tokenizer_of(target)
+        ids = _prompt_ids(prompt, self.tokenizer)
+        self.drafter = draft if isinstance(draft, DraftModelDrafter) else DraftModelDrafter(draft, gamma)
+        if any(b != 1 for b in self.drafter.branching):
+            raise ValueError(f"the stepper shows a chain: pass gamma=γ, not branching={self.drafter.branching}")
+        self.target, self.eos = target, checks.eos_ids(eos_token_id)
+        self.ids, self.max_new_tokens = decoding._prompt(target, ids, max_new_tokens)  # [1, T0]
+        self.generator = torch.Generator(device=self.ids.device).manual_seed(seed)
+        self.warp = Warp(temperature, top_k, top_p, self.generator)
+        self.prompt_len, self.rounds, self.done = self.ids.shape[1], [], self.max_new_tokens == 0
+        self.drafter.start(target, self.ids)
+        self.cache = lm.new_cache(target)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The new tokens so far (what `generate(...).tokens` holds once the stepper is done)."""
+        return self.ids[0, self.prompt_len:].tolist()
+
+    @torch.inference_mode()
+    def step(self) -> Round:
+        """One round: draft γ tokens, ONE target pass, accept or reject each, correction or bonus, roll back."""
+        from specdec_lab import decoding, lm
+        from specdec_lab.tree import verify_tree
+
+        if self.done:
+            raise RuntimeError("the text is complete (EOS or max_new_tokens): start a new RoundStepper")
+        T, draft_cache = self.ids.shape[1], self.drafter.cache
+        budget = self.max_new_tokens - (T - self.prompt_len)  # the loop body of decoding.generate, step by step
+        t0, d0 = lm.cache_len(self.cache), lm.cache_len(draft_cache)
+        tree = self.drafter.propose(self.ids, self.warp, budget - 1)  # 1. draft: a chain, q [γ, V]
+        d1 = lm.cache_len(draft_cache)
+        logits, _ = decoding.score(self.target, self.ids[:, t0:], tree, self.cache)  # 2. verify: [γ+1, V]
+        t1 = lm.cache_len(self.cache)
+        state = None if self.warp.greedy else self.generator.get_state()  # the u's are the verifier's next draws
+        path, emitted = verify_tree(logits, tree, self.warp)  # 3. accept/reject, then correction or bonus
+        emitted, done = decoding.cut(emitted, budget, self.eos)
+        lm.keep(self.cache, T, path[:len(emitted) - 1])  # 4. roll back: the committed text but its pending token
+        self.ids = torch.cat([self.ids, torch.tensor([emitted], device=self.ids.device)], 1)  # [1, T + k]
+        self.done = done or self.ids.shape[1] - self.prompt_len >= self.max_new_tokens
+        if not done:
+            self.drafter.commit(self.ids, len(path), path[:len(emitted)], None)
+
+        p, q, n, u, residual = self.warp.probs(logits), tree.q, len(path), None, None  # [γ+1, V], [γ, V]
+        if state is not None and len(tree):  # (no drafts: the length budget left room for one plain token)
+            replay = torch.Generator(device=self.generator.device)
+            replay.set_state(state)
+            u = torch.rand(len(tree), generator=replay, device=p.device)  # [γ] the draws verify_chain made
+            rows, drafts = torch.arange(len(tree), device=p.device), torch.tensor(tree.tokens, device=p.device)
+            passed = (u * q[rows, drafts] < p[rows, drafts]).tolist()  # [γ] u·q(x) < p(x)
+            assert (passed + [False]).index(False) == n, "the replayed accept test disagrees with the verifier"
+            u = u.tolist()
+            if n < len(tree):
+                residual = sampling.residual(p[n], q[n])  # [V] the correction's distribution
+        r = Round(len(self.rounds), T, list(tree.tokens), q, p, u, n, list(emitted), residual,
+                  (t0, t1, lm.cache_len(self.cache)), (d0, d1, lm.cache_len(draft_cache)), self.done,
+                  self.warp.temperature)
+        self.rounds.append(r)
+        return r
+
+
+def _piece(tokenizer, token: int) -> str:
+    """A token as a short visible label: its text in quotes (newlines and spaces shown), or its id."""
+    if tokenizer is None:
+        return f"#{token}"
+    text = repr(tokenizer.decode([token]))
+    return text if len(text) <= 14 else text[:12] + "…'"
+
+
+def _num(x: float, digits: int = 3) -> str:
+    """A probability with `digits` decimals, or two significant digits when it is smaller than that shows."""
+    return f"{x:.{digits}f}" if x == 0 or abs(x) >= 10 ** -digits else f"{x:.2g}"
+
+
+def round_lines(r: Round, tokenizer=None) -> list[str]:
+    """The round in words, one line per step: the drafts' tests, the correction or bonus, both caches."""
+    name, g = (lambda t: _piece(tokenizer, t)), len(r.drafts)
+    lines = [f"round {r.index + 1}: text of {r.committed} tokens; the draft proposes {g}: "
+             + " ".join(name(t) for t in r.drafts)]
+    if not g:
+        lines[0] = f"round {r.index + 1}: text of {r.committed} tokens; one token left to emit, nothing drafted"
+    for i, (x, ok) in enumerate(zip(r.drafts, r.passed())):
+        px = float(r.p[i, x])
+        if ok is None:
+            lines.append(f"  draft {i + 1} {name(x)}: not tested (a draft before it was rejected)")
+        elif r.temperature == 0:  # greedy: one-hot p and q
+            best = int(r.p[i].argmax())
+            lines.append(f"  draft {i + 1} {name(x)}: the target's argmax is {name(best)}: "
+                         + ("equal, accepted" if ok else "different, rejected"))
+        else:
+            qx, u = float(r.q[i, x]), r.u[i]
+            lines.append(f"  draft {i + 1} {name(x)}: q = {_num(qx)}, p = {_num(px)}, u = {_num(u)}: "
+                         f"u·q = {_num(u * qx)} {'<' if ok else '≥'} p, " + ("accepted" if ok else "rejected"))
+    last = r.emitted[-1]
+    if r.kind == "correction":
+        where = (f"from the residual norm(max(p − q, 0)), where it has probability {_num(float(r.residual[last]))}"
+                 if r.residual is not None else "the target's argmax")
+        lines.append(f"  correction {name(last)}: {where}")
+    elif r.kind == "bonus" and not g:
+        lines.append(f"  the target's own token {name(last)}, drawn from p")
+    elif r.kind == "bonus":
+        how = ("the target's argmax" if r.temperature == 0 else
+               f"drawn from p (p = {_num(float(r.p[g, last]))})")
+        lines.append(f"  all {g} accepted: bonus {name(last)}, {how} after the last draft, free: the same pass "
+                     "computed it")
+    else:
+        lines.append(f"  the text ends inside the accepted drafts (EOS or max_new_tokens): no correction or bonus")
+    (t0, t1, t2), (d0, d1, d2) = r.target_cache, r.draft_cache
+    lines.append(f"  committed {len(r.emitted)}: text {r.committed} → {r.committed + len(r.emitted)} tokens")
+    lines.append(f"  target cache {t0} → {t1} after its pass → {t2} kept; draft cache {d0} → {d1} after drafting "
+                 f"→ {d2} kept" + (" (one behind: the last draft was never fed)" if r.kind == "bonus" and g else ""))
+    return lines
+
+
+def _bars(ax, rows: list[tuple[str, Tensor, str]], picked: int | None, top: int, tokenizer, title: str,
+          mark: dict[int, str] | None = None):
+    """Bars of the `top` likeliest tokens under any of rows ((label, [V] probabilities, color)); the tick of
+    `picked` in bold, those of `mark` ({token: color}) in their color."""
+    score = torch.stack([row for _, row, _ in rows]).amax(0)  # [V]
+    must = {t for t in [picked, *(mark or {})] if t is not None}  # shown even when unlikely
+    ids = [t for t in score.topk(min(top + len(must), len(score))).indices.tolist() if t not in must]
+    ids = sorted(ids[:top - len(must)] + sorted(must), key=lambda t: -float(score[t]))
+    width = 0.8 / len(rows)
+    for j, (label, row, color) in enumerate(rows):
+        xs = [i + (j - (len(rows) - 1) / 2) * width for i in range(len(ids))]
+        ax.bar(xs, [float(row[t]) for t in ids], width, color=color, label=label)
+    names = [_piece(tokenizer, t) for t in ids]
+    ax.set_xticks(range(len(ids)), names, rotation=60, ha="right", fontsize=7, family="monospace")
+    for label, t in zip(ax.get_xticklabels(), ids):
+        label.set_color((mark or {}).get(t, "black" if t == picked else "dimgray"))
+        if t == picked or t in (mark or {}):
+            label.set_fontweight("bold")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6, loc="upper right")
+
+
+def round_figure(r: Round, tokenizer=None, top: int = 6):
+    """The round as bars: per draft, q and p of the likeliest tokens (the draft's in bold) and the test; after a
+    rejection the residual beside them; the bonus position's p. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    g = len(r.drafts)
+    fig, axes = plt.subplots(1, g + 1, figsize=(2.6 * (g + 1), 2.8), sharey=True, squeeze=False)
+    for i, (ax, ok) in enumerate(zip(axes[0], r.passed() + [None])):
+        if i == g:  # the bonus position
+            if r.kind != "bonus" or not g:
+                ax.text(0.5, 0.5, "not reached:\na draft was rejected" if g else "nothing drafted", ha="center",
+                        va="center", fontsize=8, color="gray", transform=ax.transAxes)
+                ax.set_xticks([])
+                ax.set_facecolor("#f3f3f3")
+                ax.set_title(f"after draft {g}", fontsize=8)
+                continue
+            bonus = r.emitted[-1]
+            _bars(ax, [("p (target)", r.p[g], "tab:blue")], bonus, top, tokenizer,
+                  f"after draft {g}: bonus {_piece(tokenizer, bonus)}", mark={bonus: "tab:blue"})
+            continue
+        x = r.drafts[i]
+        rows = [("q (draft)", r.q[i] if r.q is not None else torch.nn.functional.one_hot(torch.tensor(x), r.p.shape[1]).float(),
+                 "tab:orange"), ("p (target)", r.p[i], "tab:blue")]
+        if ok is None:
+            title = f"draft {i + 1} {_piece(tokenizer, x)}: not tested"
+        elif r.temperature == 0:
+            title = f"draft {i + 1} {_piece(tokenizer, x)}: {'= argmax p ✓' if ok else '≠ argmax p ✗'}"
+        else:
+            qx, px = float(r.q[i, x]), float(r.p[i, x])
+            title = (f"draft {i + 1} {_piece(tokenizer, x)}: u·q = {_num(r.u[i] * qx, 2)} "
+                     f"{'<' if ok else '≥'} p = {_num(px, 2)} {'✓' if ok else '✗'}")
+        mark = None
+        if ok is False and r.kind == "correction":
+            rows.append(("residual", r.residual if r.residual is not None else r.p[i], "tab:red"))
+            title += f"\ncorrection {_piece(tokenizer, r.emitted[-1])}"
+            mark = {r.emitted[-1]: "tab:red"}
+        _bars(ax, rows, x, top, tokenizer, title, mark)
+        if ok is None:
+            ax.set_facecolor("#f3f3f3")
+    axes[0, 0].set_ylabel("probability")
+    fig.suptitle(f"round {r.index + 1}: {r.accepted} of {g} drafts accepted, then a {r.kind}; "
+                 f"target cache {r.target_cache[0]} → {r.target_cache[1]} → {r.target_cache[2]}, "
+                 f"draft cache {r.draft_cache[0]} → {r.draft_cache[1]} → {r.draft_cache[2]}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _round_html(stepper: RoundStepper, r: Round) -> str:
+    """The text so far: the prompt's tail gray, earlier rounds plain, this round's accepted drafts green, its
+    correction red or its bonus blue."""
+    import html
+
+    tok = stepper.tokenizer
+    text = lambda ids: html.escape(tok.decode(ids)) if tok is not None else " ".join(f"#{t}" for t in ids)
+    before = stepper.ids[0, :r.committed].tolist()
+    new = r.emitted
+    color = {"correction": "#ffc9c9", "bonus": "#c9dcff", "cut": "#c8f7c5"}[r.kind]
+    spans = [f'<span style="color:#888">{text(before[:stepper.prompt_len])[-300:]}</span>',
+             text(before[stepper.prompt_len:]),
+             f'<span style="background:#c8f7c5">{text(new[:r.accepted])}</span>',
+             f'<span style="background:{color}">{text(new[r.accepted:])}</span>']
+    return f'<div style="font-family:monospace;white-space:pre-wrap;line-height:1.4">{"".join(spans)}</div>'
+
+
+def round_stepper(target, draft, prompt, gamma: int = 3, temperature: float = 0.8, tokenizer=None,
+                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, max_new_tokens: int = 64,
+                  eos_token_id=None, top: int = 6):
+    """Step through the rounds of `generate` with a draft-model chain on real logits: a "next round" button, the
+    text so far (this round's accepted drafts green, correction red, bonus blue), the round in words and as bars
+    (`round_lines`, `round_figure`). Arguments as `RoundStepper`'s; top: tokens per bar chart. Returns the widget;
+    its `stepper` attribute is the RoundStepper it drives."""
+    import html
+
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    stepper = RoundStepper(target, draft, prompt, gamma, temperature, tokenizer, top_k, top_p, seed, max_new_tokens,
+                           eos_token_id)
+    button, status = w.Button(description="next round", icon="forward"), w.HTML()
+    text, words, plot = w.HTML(), w.HTML(), w.Output()
+
+    def next_round(_=None):
+        r = stepper.step()
+        status.value = (f"<b>round {r.index + 1}</b>: {r.accepted} of {len(r.drafts)} accepted, then a {r.kind}; "
+                        f"{len(stepper.tokens)} new tokens so far (T = {stepper.warp.temperature}, seed {seed})")
+        text.value = _round_html(stepper, r)
+        words.value = "<pre>" + html.escape("\n".join(round_lines(r, stepper.tokenizer))) + "</pre>"
+        with plot:
+            plot.clear_output(wait=True)
+            round_figure(r, stepper.tokenizer, top)
+            plt.show()
+        if stepper.done:
+            button.disabled, button.description = True, "text complete"
+
+    button.on_click(next_round)
+    next_round()
+    box = _box([w.HBox([button, status]), text, words, plot], STEPPER_TEXT)
+    box.stepper = stepper
+    return box

@@ -125,3 +125,146 @@ def test_run_button_is_busy_while_it_runs(monkeypatch):
     button.click()  # ipywidgets logs a callback's exception; the button must come back all the same
     assert not button.disabled and "the run failed: RuntimeError: out of memory" in result.value
     plt.close("all")
+
+
+# ---- chapter 03: the round stepper -----------------------------------------------------------------------
+
+PROMPT = "def add(a, b):\n    "
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from specdec_lab import zoo
+
+    return zoo.load_pair("tiny", device="cpu")
+
+
+def passes(tokens, accept_lengths):
+    """generate's tokens split into what each target pass emitted: its accepted drafts and one token (the
+    last pass may be cut short by EOS or the budget)."""
+    out, i = [], 0
+    for n in accept_lengths:
+        out.append(tokens[i:i + n + 1])
+        i += n + 1
+    return out
+
+
+def run(stepper):
+    rounds = []
+    while not stepper.done:
+        rounds.append(stepper.step())
+    return rounds
+
+
+@pytest.mark.parametrize("temperature, seed, top_k", [(0.8, 0, None), (1.0, 3, None), (0.7, 5, 20), (0.0, 1, None)])
+def test_each_round_emits_what_generate_emits(pair, temperature, seed, top_k):
+    import torch
+
+    from specdec_lab import DraftModelDrafter, decoding
+
+    target, draft, tok = pair
+    stepper = widgets.RoundStepper(target, draft, PROMPT, gamma=3, temperature=temperature, tokenizer=tok,
+                                   top_k=top_k, seed=seed, max_new_tokens=40, eos_token_id=tok.eos_token_id)
+    rounds = run(stepper)
+    gen = decoding.generate(target, tok(PROMPT, return_tensors="pt").input_ids, DraftModelDrafter(draft, 3),
+                            max_new_tokens=40, temperature=temperature, top_k=top_k, eos_token_id=tok.eos_token_id,
+                            generator=torch.Generator().manual_seed(seed))
+    assert len(rounds) == gen.target_calls > 5
+    assert [r.accepted for r in rounds] == gen.accept_lengths, "the stepper's accept counts differ from generate's"
+    assert [r.emitted for r in rounds] == passes(gen.tokens, gen.accept_lengths), "a round emitted other tokens"
+    assert stepper.tokens == gen.tokens
+    kinds = {r.kind for r in rounds}
+    assert "correction" in kinds and "bonus" in kinds, f"this text should show both endings of a round: {kinds}"
+    for r in rounds:  # what the stepper shows is what decided
+        t0, t1, t2 = r.target_cache
+        assert t2 == r.committed + len(r.emitted) - 1, "the target cache keeps the committed text but its last token"
+        assert t1 == r.committed + len(r.drafts)
+        if r.drafts and not r.done:  # (a last round that drafts nothing leaves the draft as it was)
+            assert r.draft_cache[1] == r.committed + len(r.drafts) - 1
+            assert r.draft_cache[2] == t2 - (r.kind == "bonus"), "the draft lags one after a bonus, never otherwise"
+        assert r.p.shape == (len(r.drafts) + 1, target.config.vocab_size)
+        if not r.drafts:
+            continue
+        n = r.accepted
+        if temperature == 0:  # a draft passes when it is the target's argmax; the correction is the argmax
+            best = r.p.argmax(-1).tolist()  # [γ+1]
+            assert r.u is None and r.q is None and r.drafts[:n] == best[:n] and r.emitted == best[:len(r.emitted)]
+            continue
+        x = torch.tensor(r.drafts)
+        passed = (torch.tensor(r.u) * r.q[range(len(x)), x] < r.p[range(len(x)), x]).tolist()
+        assert (passed + [False]).index(False) == r.accepted, "u·q < p does not give the round's accept count"
+        if r.kind == "correction":
+            assert r.residual is not None and float(r.residual.sum()) == pytest.approx(1, abs=1e-5)
+            want = (r.p[n] - r.q[n]).clamp_min(0)
+            assert torch.allclose(r.residual, want / want.sum(), atol=1e-6), "the residual is not norm(max(p - q, 0))"
+            assert float(r.residual[r.emitted[-1]]) > 0, "the correction was drawn from where the residual has no mass"
+
+
+def test_a_prompt_may_be_text_a_tokenizer_output_or_ids(pair):
+    target, draft, tok = pair
+    enc = tok(PROMPT, return_tensors="pt")
+    forms = [PROMPT, enc, enc.input_ids, enc.input_ids[0].tolist()]
+    got = [[r.emitted for r in (lambda s: [s.step() for _ in range(3)])(
+        widgets.RoundStepper(target, draft, form, tokenizer=tok, seed=2))] for form in forms]
+    assert all(g == got[0] for g in got), got
+    with pytest.raises(ValueError, match="tokenizer"):
+        widgets._prompt_ids(PROMPT, None)
+
+
+def test_one_model_and_a_draft_made_from_it(pair):
+    """A single model and a draft of its own (its first layers): the tokenizer comes from the model's folder."""
+    import torch
+
+    from specdec_lab import DraftModelDrafter, decoding, draft_models
+
+    target, _, tok = pair
+    early = draft_models.early_exit_model(target, 4)
+    stepper = widgets.RoundStepper(target, early, PROMPT, gamma=2, temperature=0.9, seed=4, max_new_tokens=20)
+    assert stepper.tokenizer is not None and stepper.tokenizer.decode(stepper.ids[0].tolist()) == PROMPT
+    run(stepper)
+    gen = decoding.generate(target, tok(PROMPT, return_tensors="pt").input_ids, DraftModelDrafter(early, 2),
+                            max_new_tokens=20, temperature=0.9, generator=torch.Generator().manual_seed(4))
+    assert stepper.tokens == gen.tokens and [r.accepted for r in stepper.rounds] == gen.accept_lengths
+    with pytest.raises(ValueError, match="chain"):
+        widgets.RoundStepper(target, DraftModelDrafter(early, branching=[2, 1]), PROMPT)
+
+
+def test_round_in_words_and_as_bars(pair):
+    from specdec_lab import viz
+
+    target, draft, tok = pair
+    stepper = widgets.RoundStepper(target, draft, PROMPT, gamma=3, temperature=0.8, tokenizer=tok, seed=0)
+    rounds = [stepper.step() for _ in range(3)]
+    for r in rounds:
+        lines = widgets.round_lines(r, tok)
+        assert lines[0].startswith(f"round {r.index + 1}: text of {r.committed} tokens")
+        assert sum("u·q" in line for line in lines) == min(r.accepted + 1, 3)
+        assert f"target cache {r.target_cache[0]} → {r.target_cache[1]}" in lines[-1]
+        assert any(r.kind in line for line in lines)
+        fig = widgets.round_figure(r, tok)
+        assert len(fig.axes) == 4
+        plt.close(fig)
+        ax = viz.draw_round(r, tok)
+        texts = [t.get_text() for t in ax.texts]
+        assert "ONE pass\n4 rows of p" in texts and texts.count("roll back") == 2
+        assert f"cache {r.target_cache[2]} = text − 1" in texts
+        assert sum(t.startswith(("✓", "✗", "–")) for t in texts) == 3
+        plt.close(ax.figure)
+    greedy = widgets.RoundStepper(target, draft, PROMPT, temperature=0.0, tokenizer=tok).step()
+    assert "the target's argmax is" in widgets.round_lines(greedy, tok)[1]
+
+
+def test_stepper_widget_steps_and_shows_a_placeholder_as_text(pair, monkeypatch):
+    target, draft, tok = pair
+    box = widgets.round_stepper(target, draft, PROMPT, tokenizer=tok, seed=0, max_new_tokens=8)
+    assert repr(box) == widgets.STEPPER_TEXT and shown(box, monkeypatch)["text/plain"] == widgets.STEPPER_TEXT
+    button, status = box.children[0].children
+    words = box.children[2]
+    assert "<b>round 1</b>" in status.value and "round 1: text of" in words.value
+    button.click()
+    assert "<b>round 2</b>" in status.value and "round 2: text of" in words.value
+    assert box.stepper.rounds[1].committed == box.stepper.rounds[0].committed + len(box.stepper.rounds[0].emitted)
+    while not button.disabled:
+        button.click()
+    assert box.stepper.done and len(box.stepper.tokens) == 8 and button.description == "text complete"
+    plt.close("all")
