@@ -1,6 +1,6 @@
 """The widgets and the exercise workflow as a learner meets them: JupyterLab driven by headless Chromium.
 
-Starts JupyterLab on 127.0.0.1 (a free port, no token) in a temporary folder with two small generated
+Starts JupyterLab on 127.0.0.1 (a free port, no token) in a temporary folder with three small generated
 notebooks, opens them in Debian's Chromium through Playwright (the system browser: no browser download, and
 every request that leaves 127.0.0.1 is refused) and checks:
 
@@ -8,6 +8,8 @@ every request that leaves 127.0.0.1 is refused) and checks:
   form; moving a slider changes their text and their plot;
 - the tree explorer's "run the real pair" button shows that it is busy, then a measured τ and
   "identical to greedy: True";
+- the round stepper (chapter 03) renders as a widget on the real pair, and its "next round" button moves it to
+  the next round of the same text: its status, its words and its bars change;
 - exercise 02.1 as a learner does it: the grader fails on the stub with its hint first and no grading code
   shown, then passes once the solution is typed into the exercise cell;
 - the browser console shows no error other than resources refused offline.
@@ -130,12 +132,17 @@ def _exercise_cells() -> tuple[list[str], str]:
 
 @pytest.fixture(scope="module")
 def lab(browser, tmp_path_factory):
-    """(url, folder): JupyterLab serving a temporary folder with explorers.ipynb and exercise.ipynb."""
+    """(url, folder): JupyterLab serving a temporary folder with explorers.ipynb, stepper.ipynb and exercise.ipynb."""
     folder = tmp_path_factory.mktemp("lab")
     nbformat.write(_notebook([
         "from specdec_lab import widgets, zoo\nfrom specdec_lab.prompts import load_prompts\n\nwidgets.explorer()",
         'pair = zoo.load_pair("tiny")\nwidgets.tree_explorer(pair=pair, prompts=load_prompts("edit")[:2], max_new_tokens=24)',
     ]), folder / "explorers.ipynb")
+    nbformat.write(_notebook([
+        'from specdec_lab import widgets, zoo\n\ntarget, draft, tok = zoo.load_pair("tiny")\n'
+        'widgets.round_stepper(target, draft, "def add(a, b):\\n    ", gamma=3, temperature=0.8, tokenizer=tok, '
+        'max_new_tokens=24)',
+    ]), folder / "stepper.ipynb")
     cells, _ = _exercise_cells()
     nbformat.write(_notebook(cells), folder / "exercise.ipynb")
     news = folder / ".settings/@jupyterlab/apputils-extension/notification.jupyterlab-settings"
@@ -296,6 +303,30 @@ def test_explorers_render_and_respond(page, lab):
     page.wait_for_function("b => !b.disabled", arg=button.element_handle(), timeout=30_000)
     assert button.inner_text().strip() == "run the real pair"
 
+    assert not _offline_only(page), f"console errors: {_offline_only(page)}"
+
+
+def test_round_stepper_renders_and_steps(page, lab):
+    _open(page, lab, "stepper.ipynb")
+    cell = _run_cell(page, 0)
+    out = cell.locator(".jp-Cell-outputArea")
+    button = out.locator("button", has_text="next round")
+    button.wait_for(timeout=SLOW)
+    _wait_done(cell)
+    assert "Run this cell in a live kernel" not in out.inner_text(), "the stepper rendered as text, not as a widget"
+    status = out.locator(".widget-html-content", has_text="new tokens so far").first
+    words = out.locator(".widget-html-content pre").first
+    plot = out.locator(".widget-output img").first
+    plot.wait_for(timeout=SLOW)
+    before, said, picture = status.inner_text(), words.inner_text(), plot.get_attribute("src")
+    assert before.startswith("round 1:") and said.startswith("round 1: text of"), (before, said)
+    assert "target cache 0 →" in said and "draft cache 0 →" in said, said
+    button.click()
+    after = _changes(status.inner_text, before)
+    assert after.startswith("round 2:"), after
+    said2 = _changes(words.inner_text, said)
+    assert said2.startswith("round 2: text of") and "target cache 0 →" not in said2, said2
+    _changes(lambda: plot.get_attribute("src"), picture)
     assert not _offline_only(page), f"console errors: {_offline_only(page)}"
 
 
