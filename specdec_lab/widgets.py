@@ -662,7 +662,7 @@ def round_stepper(target, draft, prompt, gamma: int = 3, temperature: float = 0.
     def next_round(_=None):
         r = stepper.step()
         status.value = (f"<b>round {r.index + 1}</b>: {r.accepted} of {len(r.drafts)} accepted, then a {r.kind}; "
-                        f"{len(stepper.tokens)} new tokens so far (T = {stepper.warp.temperature}, seed {seed})")
+                        f"{len(stepper.tokens)} new tokens so far (T = {stepper.warp.temperature})")
         text.value = _round_html(stepper, r)
         words.value = "<pre>" + html.escape("\n".join(round_lines(r, stepper.tokenizer))) + "</pre>"
         with plot:
