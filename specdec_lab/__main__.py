@@ -79,7 +79,11 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--max-new-tokens", type=positive_int, default=64)
     parser.add_argument("--gamma", type=positive_int, default=3, help="draft tokens per target pass (default 3: "
                         "the best for the zoo pair on a 2-core CPU, see notebook 03)")
-    parser.add_argument("--category", choices=["code", "edit", "doc"], help="only this prompt category")
+    parser.add_argument("--target", choices=sorted(zoo.MODELS), help="a real chat model instead of a pair: its "
+                        "held-out chat prompts in its template, its heads (train-heads), its first layers as the draft")
+    parser.add_argument("--category", choices=["code", "edit", "doc", "chat", "rewrite"],
+                        help="only this prompt category (code, edit, doc: the pair's suite; chat, code, rewrite: "
+                        "--target's)")
     parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
     parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches (--method draft)")
     parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
@@ -92,6 +96,12 @@ def bench_arguments(parser) -> None:
 
 def check_bench(parser, args) -> None:
     """The checks that involve two flags (parser.error exits with a one-line message)."""
+    if args.target and (args.pair != "tiny" or args.method != "all" or args.batch or args.dtype):
+        parser.error("--target runs the showdown (--method all) of a real model in float32 at batch 1: leave out "
+                     "--pair, --method, --batch and --dtype")
+    if args.category in ("edit", "doc") and args.target or args.category in ("chat", "rewrite") and not args.target:
+        parser.error(f"--category {args.category} is not a category of {'--target' if args.target else 'the pair'}'s "
+                     "prompts: code, edit, doc for a pair; chat, code, rewrite for --target")
     if args.method == "draft":
         extra = [flag for flag in ("json", "csv", "temperatures") if getattr(args, flag) is not None]
         if extra:
@@ -215,6 +225,10 @@ def positive_float(text: str) -> float:
     return value
 
 
+def text_source(text: str) -> Path | str:
+    return text if text in ("chat", "chat-untemplated") else existing_folder(text)
+
+
 def existing_folder(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():
@@ -259,12 +273,14 @@ def main(argv=None) -> int:
                          "eagle: only the EAGLE-1 and EAGLE-3 drafts")
     th = sub.add_parser("train-heads", help="train Medusa heads or an EAGLE-1/EAGLE-3 draft for any causal LM",
                         description=heads_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    th.add_argument("--target", required=True, help="tiny (the zoo's target), a Hugging Face id or a local folder")
+    th.add_argument("--target", required=True, help="tiny (the zoo's target), smollm2-135m-instruct (a real model, "
+                    "offline), a Hugging Face id or a local folder")
     th.add_argument("--method", required=True, choices=["medusa", "eagle1", "eagle3"])
     th.add_argument("--device", type=device_name, help="cpu, cuda, ... (default: cuda when available, else cpu)")
     th.add_argument("--minutes", type=positive_float, help="time budget of the whole run, caching included (default: "
                     "the full recipe, however long it takes)")
-    th.add_argument("--data", type=existing_folder, help="a folder of text files to train on (default: the course "
+    th.add_argument("--data", type=text_source, help="a folder of text files to train on, or chat (a chat model's "
+                    "own answers in its template) or chat-untemplated (the same without it) (default: the course "
                     "corpus, the Python standard library)")
     th.add_argument("--out", type=folder, help="output folder (default: the user's cache, "
                     "~/.cache/specdec-lab/heads/<target>/<method>)")

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec_lab.prompts import CATEGORIES
+from specdec_lab import chat, prompts as suite
+
+CATEGORIES = tuple(dict.fromkeys(suite.CATEGORIES + chat.CATEGORIES))  # the zoo suite's, then the chat prompts'
+# (code, edit, doc, chat, rewrite: a real chat model's prompts share "code" with the suite)
 
 __all__ = ["Row", "Interrupted", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods",
            "showdown", "format_showdown", "leaderboard_markdown", "save_results", "batch_methods", "batch_showdown",
@@ -251,7 +254,8 @@ def bench_draft(args) -> int:
 
 # ---- chapter 08: the showdown ------------------------------------------------------------------------
 
-TEMPERATURES = (0.0, 0.7)  # greedy, and the sampling temperature of the showdown
+TEMPERATURES = (0.0, 0.7)
+EARLY_EXIT = 8  # the draft model of a real model without a small sibling here: its first 8 layers  # greedy, and the sampling temperature of the showdown
 
 
 def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
@@ -392,13 +396,15 @@ def _result(temperature: float, category: str, row: Row, base: Row) -> dict:
 
 
 def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temperatures: Sequence[float] = TEMPERATURES,
-             max_new_tokens: int = 64, heads: dict | None = None, progress: bool = False, **settings) -> list[dict]:
+             max_new_tokens: int = 64, heads: dict | None = None, progress: bool = False, template: bool = False,
+             **settings) -> list[dict]:
     """Run `showdown_methods` on the prompt suite at each temperature; one result dict per (temperature,
     method, category), category "all" included, and one per method that cannot run (its "skipped" says why).
 
     Each dict: temperature, method, category, prompts, tokens, target_calls, seconds, tau, tokens_per_s,
     speedup (over "target only" in the same category and run), identical (prompts whose output equals plain
     decoding's; greedy only, None when sampling), skipped. prompts: load_prompts() entries (default: all 52).
+    template: each prompt is a user message in the tokenizer's chat template (a chat model; `chat.held_out()`).
     Ctrl-C raises `Interrupted` with the results so far: earlier temperatures whole, the current one over the
     prompts every method finished.
     """
@@ -406,7 +412,8 @@ def showdown(target, draft, tokenizer, prompts: list[dict] | None = None, temper
 
     prompts = load_prompts() if prompts is None else prompts
     device = next(target.parameters()).device
-    ids = [tokenizer(p["prompt"], return_tensors="pt").input_ids.to(device) for p in prompts]
+    ids = [(chat.chat_ids(tokenizer, p["prompt"]) if template else tokenizer(p["prompt"], return_tensors="pt").input_ids)
+           .to(device) for p in prompts]
     results = []
     for T in temperatures:
         try:
@@ -480,8 +487,9 @@ def leaderboard_markdown(results: list[dict]) -> str:
         raise ValueError(f"the leaderboard wants one greedy and one sampled temperature, got {temps}")
     T = temps[1]
     get = {(r["temperature"], r["method"], r["category"]): r for r in results}
-    lines = [f"| method | τ | speedup: code | edit | doc | **all** | limit | efficiency | identical to greedy | "
-             f"τ at T = {T:g} | speedup at T = {T:g} |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    cats = [c for c in CATEGORIES if any(r["category"] == c for r in results)]
+    lines = [f"| method | τ | speedup: {' | '.join(cats)} | **all** | limit | efficiency | identical to greedy | "
+             f"τ at T = {T:g} | speedup at T = {T:g} |", "|---" * (len(cats) + 8) + "|"]
     for r in (r for r in results if r["temperature"] == 0 and r["category"] == "all"):
         m = r["method"]
         by = " | ".join(f"{get[0, m, c]['speedup']:.2f}x" for c in CATEGORIES if (0, m, c) in get)
@@ -545,8 +553,18 @@ def bench_all(args) -> int:
 
     from specdec_lab.prompts import load_prompts
 
-    target, draft, tok = _load(args)
-    prompts = load_prompts(args.category)[:args.limit]
+    if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
+        from specdec_lab import zoo
+        from specdec_lab.draft_models import early_exit_model
+
+        target, tok = zoo.load_model(args.target, device=args.device)
+        draft = early_exit_model(target, EARLY_EXIT)
+        prompts, template = chat.held_out(args.category)[:args.limit], True
+        args.pair = args.target
+        print(f"the draft model: {args.target}'s first {EARLY_EXIT} layers (an early exit, untrained)")
+    else:
+        target, draft, tok = _load(args)
+        prompts, template = load_prompts(args.category)[:args.limit], False
     temperatures = args.temperatures or list(TEMPERATURES)
     device = target.device
     meta = _meta(args, target, prompts, temperatures)
@@ -555,7 +573,7 @@ def bench_all(args) -> int:
           f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
     try:
         results = showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
-                           progress=True, gamma=args.gamma, auto=args.auto)
+                           progress=True, gamma=args.gamma, auto=args.auto, template=template)
     except Interrupted as stop:
         return _save_partial(stop.partial, meta, args)
     for T in temperatures:

@@ -18,6 +18,8 @@ draft log-probability, keep the best `budget` nodes (see `EagleDrafter`).
 EAGLE-3: f_t is fuse([h_low, h_mid, h_high]) (3H -> H) of three target layers; no feature loss, only tokens;
 trained with "training-time test": a few unrolled steps that feed the draft's own outputs back in, so the
 draft learns to continue from its own (imperfect) features, as it must when drafting (step i weighs 0.8^i).
+Either version may score only a draft vocabulary, the target's most frequent tokens (`vocab`; EAGLE-3 does,
+and FR-Spec does it for EAGLE-2): exact all the same.
 
     drafter = EagleDrafter.from_zoo(target, version=1, dynamic=True)   # trained by `specdec-lab train-zoo`
     gen = generate(target, ids, drafter, max_new_tokens=64)
@@ -33,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import checks, lm, training
+from specdec_lab import checks, lm, training, vocab
 from specdec_lab.drafters import Drafter
 from specdec_lab.sampling import Warp
 from specdec_lab.training import cache_states  # noqa: F401 (chapter 06 calls eagle.cache_states)
@@ -127,9 +129,11 @@ class EagleNet(nn.Module):
     version 3: the feature of a committed position is fuse([h_low, h_mid, h_high]) (3H -> H); for drafted
     positions it is the draft's own output; a trainable norm sits before the frozen LM head.
     The target's embedding and LM head are used, frozen, and neither saved nor trained.
+    draft_vocab: score only that many tokens, those of `d2t` (a buffer, saved; set by `use_vocab`).
     """
 
-    def __init__(self, target, version: int = 1, heads: int = 4, mlp: int = 512, layers: Sequence[int] | None = None):
+    def __init__(self, target, version: int = 1, heads: int = 4, mlp: int = 512, layers: Sequence[int] | None = None,
+                 draft_vocab: int | None = None):
         super().__init__()
         if version not in (1, 3):
             raise ValueError(f"version must be 1 (EAGLE-1/2) or 3 (EAGLE-3), got {version!r}")
@@ -141,6 +145,7 @@ class EagleNet(nn.Module):
         self.fc = nn.Linear(2 * H, H, bias=False)
         self.layer = DraftLayer(H, heads, mlp)
         self.out_norm = RMSNorm(H) if version == 3 else None
+        self.register_buffer("d2t", None if draft_vocab is None else torch.arange(draft_vocab))  # [Vd] token ids
         embed, head = target.get_input_embeddings(), target.get_output_embeddings()
         embed.requires_grad_(False)
         head.requires_grad_(False)
@@ -161,17 +166,38 @@ class EagleNet(nn.Module):
         x = self.fc(torch.cat([self._embed(tokens).to(feature.dtype), feature], -1))  # [B, n, 2H] -> [B, n, H]
         return self.layer(x, positions, mask, cache)  # [B, n, H]
 
-    def logits(self, out: Tensor) -> Tensor:
-        """Draft outputs [.., H] -> logits [.., V] through the target's frozen LM head."""
+    def use_vocab(self, tokens: Tensor) -> None:
+        """Score only `tokens` [Vd] (token ids) from now on: the draft vocabulary."""
+        self.d2t = torch.as_tensor(tokens, dtype=torch.long).sort().values.to(self.fc.weight.device)
+        self._rows = None
+
+    def draft_logits(self, out: Tensor) -> Tensor:
+        """Draft outputs [.., H] -> logits [.., Vd] over the draft vocabulary (Vd = V without one), through the
+        target's frozen LM head or its rows for d2t."""
         out = out if self.out_norm is None else self.out_norm(out)
-        return self._lm_head(out.to(self._lm_head.weight.dtype))  # an fp32 draft may read a bf16 target's head
+        weight = self._lm_head.weight  # [V, H]
+        if self.d2t is not None:
+            if getattr(self, "_rows", None) is None or self._rows.dtype != weight.dtype:
+                self._rows = weight.detach()[self.d2t.to(weight.device)]  # [Vd, H], taken once
+            weight = self._rows
+        return F.linear(out.to(weight.dtype), weight)  # an fp32 draft may read a bf16 target's head
+
+    def logits(self, out: Tensor) -> Tensor:
+        """Draft outputs [.., H] -> logits [.., V]: the draft vocabulary's scattered back, -inf elsewhere."""
+        small = self.draft_logits(out)  # [.., Vd]
+        return small if self.d2t is None else vocab.scatter(small, self.d2t, self._lm_head.out_features)
+
+    def to_draft(self, labels: Tensor) -> Tensor:
+        """Token ids [..] -> draft indices [..], -100 (ignored by the loss) for tokens outside the draft vocabulary."""
+        return labels if self.d2t is None else vocab.to_draft(labels, self.d2t, self._lm_head.out_features)
 
     # ---- the zoo's files ----
 
     def save(self, path: Path | str, meta: dict | None = None) -> None:
         """eagle.safetensors (bfloat16) and config.json, the layout `from_zoo` reads."""
         info = {"version": self.version, "hidden": self.hidden, "heads": self.num_heads, "mlp": self.mlp,
-                "layers": list(self.layers), "vocab": self._lm_head.out_features}
+                "layers": list(self.layers), "vocab": self._lm_head.out_features,
+                "draft_vocab": None if self.d2t is None else len(self.d2t)}
         training.save(self, Path(path) / "eagle.safetensors", {**info, **(meta or {})})
 
     @classmethod
@@ -182,7 +208,8 @@ class EagleNet(nn.Module):
         file = Path(folder) / "eagle.safetensors"
         version = json.loads((file.parent / "config.json").read_text())["version"] if file.exists() else 1
         meta = training.read_config(file, target, f"EAGLE-{version} weights", f"eagle{version}")
-        return training.load(cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None), file, target)
+        net = cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None, meta.get("draft_vocab"))
+        return training.load(net, file, target)
 
     @classmethod
     def from_zoo(cls, target, version: int = 1, root: Path | str = EAGLE_DIR) -> EagleNet:
@@ -256,8 +283,9 @@ def eagle_loss(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: 
     outs = unroll(net, f_in, tokens, steps)  # steps x [B, T-1, H]
     want = labels[:, 1:]  # [B, T-1] the target's choice for the token after x_{p+1}
     total, per_step = f.new_zeros(()), []
+    want = net.to_draft(want)  # draft indices; -100 (not scored) outside a draft vocabulary
     for i, o in enumerate(outs):
-        logits = net.logits(o[:, i:])  # [B, T-1-i, V]
+        logits = net.draft_logits(o[:, i:])  # [B, T-1-i, Vd]
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), want[:, i:].reshape(-1))
         per_step.append(ce.item())
         total = total + 0.8 ** i * ce

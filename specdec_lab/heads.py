@@ -5,8 +5,11 @@ The zoo ships heads and drafts for its own target only. This trains them for you
     specdec-lab train-heads --target HuggingFaceTB/SmolLM2-1.7B --method eagle1 --minutes 5
     drafter = EagleDrafter.from_pretrained(target, folder, dynamic=True)      # folder: printed at the end
 
-1. Text: the course corpus (the Python standard library's modules, on every machine, split 95/5 by file) or
-   a folder of your own text files (--data), tokenized with the target's tokenizer, cut into windows.
+1. Text: the course corpus (the Python standard library's modules, on every machine, split 95/5 by file),
+   a folder of your own text files (--data), or for a chat model `--data chat`: the target's own answers to
+   about a thousand prompts made from text on this machine, in its chat template (`chat`; generated once, then
+   kept in the user cache; `chat-untemplated`: the same answers without the template, to measure what it
+   does), tokenized with the target's tokenizer, cut into windows.
 2. The frozen target reads every window once; its states wait in host memory (in bf16; their number is capped
    so that they fit in about 2 GB) with its own greedy choices: the labels of self-distillation (`training`).
 3. Only the new module trains (`training.fit`: a progress bar with ETA, a checkpoint every minute that a rerun
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from specdec_lab import eagle, medusa, training
+from specdec_lab import eagle, medusa, training, vocab
 from specdec_lab.precision import autocast
 
 __all__ = ["METHODS", "SETTINGS", "default_folder", "find", "missing", "trained_for", "text_windows", "train"]
@@ -41,10 +44,12 @@ METHODS = ("medusa", "eagle1", "eagle3")
 # The zoo's recipes (train_zoo.MEDUSA, train_zoo.EAGLE); `windows` and `steps` are upper bounds that the memory
 # cap and --minutes may lower.
 SETTINGS = {
-    "medusa": dict(windows=1200, seq_len=256, steps=1200, batch=8, lr=1e-3, heads=4),
-    "eagle1": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.1, ttt_steps=1),
-    "eagle3": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.0, ttt_steps=3),
+    "medusa": dict(windows=1200, seq_len=256, steps=1200, batch=8, lr=1e-3, heads=4, draft_vocab=8192),
+    "eagle1": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.1, ttt_steps=1, draft_vocab=8192),
+    "eagle3": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.0, ttt_steps=3,
+                   draft_vocab=8192),
 }
+CHAT_DATA = ("chat", "chat-untemplated")  # --data values that build chat data from the target's own answers
 CACHE_BYTES = 2e9  # the most host memory the cached target states may take
 
 
@@ -53,11 +58,15 @@ def default_folder(target_name: str, method: str) -> Path:
     id or the absolute path of the target's folder, with "--" for "/"."""
     from specdec_lab.zoo import user_cache
 
+    from specdec_lab.zoo import MODELS, model_folder
+
     name = str(Path(target_name).resolve()) if Path(target_name).is_dir() else str(target_name)
+    name = next((m for m in MODELS if str(model_folder(m).resolve()) == name), name)  # load_model's: its name
     return user_cache() / "heads" / name.strip("/").replace("/", "--") / method
 
 
 WEIGHTS = {"medusa": "heads.safetensors", "eagle1": "eagle.safetensors", "eagle3": "eagle.safetensors"}
+SHIPPED = Path(__file__).parent / "data" / "heads"  # <model name>/<method>: heads shipped for zoo.MODELS
 
 
 def missing(target, method: str) -> str:
@@ -73,7 +82,8 @@ def find(target) -> dict[str, Path]:
     shipped = {"medusa": medusa.MEDUSA_DIR, "eagle1": eagle.EAGLE_DIR / "eagle1", "eagle3": eagle.EAGLE_DIR / "eagle3"}
     found = {}
     for method in METHODS:
-        for folder in (shipped[method], default_folder(target.config.name_or_path, method)):
+        mine = default_folder(target.config.name_or_path, method)
+        for folder in (shipped[method], SHIPPED / mine.parent.name / method, mine):
             try:
                 training.read_config(folder / WEIGHTS[method], target, method, method)
             except (FileNotFoundError, ValueError):
@@ -101,17 +111,21 @@ def trained_for(target, tok, method: str, minutes: float = 5.0, **kwargs) -> Pat
     return folder
 
 
-def text_windows(tok, data: Path | str | None, n: int, seq_len: int, seed: int = 0,
+def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int, seed: int = 0,
                  val_windows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
     """(training windows [n', T], validation windows [m, T]) of the target's tokens, T = seq_len.
 
-    data: None for the course corpus (the standard library's modules), or a folder whose text files (read
-    recursively; binary files skipped) are the corpus. n' < n when the text is too short for n windows.
+    data: None for the course corpus (the standard library's modules), a folder whose text files (read
+    recursively; binary files skipped) are the corpus, or a list of texts (`chat_texts`; 1 in 20 validates).
+    n' < n when the text is too short for n windows.
     """
     from specdec_lab.train_zoo import corpus_files, read_texts, token_stream
 
-    if data is None:
-        train_files, val_files = corpus_files()
+    if isinstance(data, list):
+        texts = [data[i::20] for i in range(20)]
+        train_texts, val_texts = [t for part in texts[:7] + texts[8:] for t in part], texts[7]
+    elif data is None:
+        train_texts, val_texts = map(read_texts, corpus_files())
     else:
         folder = Path(data)
         if not folder.is_dir():
@@ -120,8 +134,8 @@ def text_windows(tok, data: Path | str | None, n: int, seq_len: int, seed: int =
         files = sorted(f for f in folder.rglob("*") if f.is_file() and b"\0" not in f.read_bytes()[:1024])
         if not files:
             raise FileNotFoundError(f"--data {data}: no text files in it")
-        train_files, val_files = _split(files)
-    streams = [token_stream(read_texts(fs), tok) for fs in (train_files, val_files)]
+        train_texts, val_texts = map(read_texts, _split(files))
+    streams = [token_stream(texts, tok) for texts in (train_texts, val_texts)]
     if len(streams[0]) <= seq_len or len(streams[1]) < seq_len:
         raise ValueError(f"the text is too short: {len(streams[0])} training and {len(streams[1])} validation "
                          f"tokens, and a window is {seq_len}. Add text to --data")
@@ -131,6 +145,46 @@ def text_windows(tok, data: Path | str | None, n: int, seq_len: int, seed: int =
     k = min(val_windows, len(streams[1]) // seq_len)
     val = streams[1][: k * seq_len].view(k, seq_len)  # [k, T] non-overlapping
     return train, val
+
+
+def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[str]:
+    """The target's own greedy answers to `chat.training_prompts()` (generated once into the user cache, about
+    40 minutes on a 2-core CPU; a rerun resumes), rendered in its chat template ("chat") or as the bare prompt and
+    answer ("chat-untemplated")."""
+    from specdec_lab import chat
+    from specdec_lab.zoo import user_cache
+
+    if getattr(tok, "chat_template", None) is None:
+        raise ValueError(f"--data {kind}: this tokenizer has no chat template, so the target is not a chat model; "
+                         "give a folder of text with --data, or leave --data out for the course corpus")
+    name = default_folder(target.config.name_or_path, "x").parent.name
+    answers = chat.self_answers(target, tok, chat.training_prompts(), user_cache() / "data" / name /
+                                "chat_answers.jsonl", progress=progress)
+    if kind == "chat":
+        return chat.conversations(tok, answers)
+    return [f"{a['prompt']}\n\n{a['answer']}" for a in answers]
+
+
+def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True):
+    """training.cache_states(target, windows, layers), kept on disk in the user cache, so that training the next
+    method on the same windows skips the target's forwards: a file made for a superset of `layers` serves too."""
+    from specdec_lab.zoo import user_cache
+
+    folder = user_cache() / "states"
+    key = hashlib.sha1(str(target.config.name_or_path).encode() + windows.numpy().tobytes()).hexdigest()[:16]
+    for file in sorted(folder.glob(f"{key}-*.pt")):
+        saved = torch.load(file)
+        if set(layers) <= set(saved["layers"]):
+            pick = [saved["layers"].index(j) for j in layers] + [-1]  # the last state is always at -1
+            return saved["states"][:, :, pick], saved["best"]
+    states, best = training.cache_states(target, windows.to(target.device), layers)
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / f"{key}-{'-'.join(map(str, layers)) or 'last'}.pt"
+    torch.save({"layers": list(layers), "states": states, "best": best}, file.with_suffix(".tmp"))
+    file.with_suffix(".tmp").rename(file)
+    if progress:
+        print(f"kept the target's states in {file} ({file.stat().st_size / 1e6:.0f} MB)")
+    return states, best
 
 
 def _module(target, method: str, lm_head: str):
@@ -149,9 +203,11 @@ def _loss_and_accuracy(module, method: str, states, x, best):
     device = next(module.parameters()).device
     if method == "medusa":
         hidden, labels = states[:, :, -1], medusa.self_labels(x, best)  # [N, T, H], [N, T]
+        if module.d2t is not None:  # draft indices; -100 (not scored) outside the draft vocabulary
+            labels = vocab.to_draft(labels, module.d2t.cpu(), module.vocab)
 
         def loss(idx, _):
-            return medusa.head_loss(module(hidden[idx].to(device).float()), labels[idx].to(device))
+            return medusa.head_loss(module(hidden[idx].to(device).float(), draft=True), labels[idx].to(device))
 
         def accuracy(v_states, v_x, v_best):
             return medusa.head_accuracy(module, v_states[:, :, -1], medusa.self_labels(v_x, v_best),
@@ -194,12 +250,21 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     H = target.config.get_text_config().hidden_size
     cap = int(CACHE_BYTES // (cfg["seq_len"] * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
     cfg["windows"] = max(1, min(cfg["windows"], cap))
-    x, val = text_windows(tok, data, cfg["windows"], cfg["seq_len"], seed)
-    states, best = training.cache_states(target, x.to(target.device), layers)  # [N, T, S, H] bf16, [N, T]
-    v_states, v_best = training.cache_states(target, val.to(target.device), layers)
+    text = chat_texts(target, tok, data, progress) if data in CHAT_DATA else data
+    x, val = text_windows(tok, text, cfg["windows"], cfg["seq_len"], seed)
+    states, best = stored_states(target, x, layers, progress)  # [N, T, S, H] bf16, [N, T]
+    v_states, v_best = stored_states(target, val, layers, progress)
     cached = time.monotonic() - t0
     if progress:
         print(f"{method}: cached the target's states over {x.numel():,} tokens in {cached:.0f} s")
+    V, Vd = target.config.get_text_config().vocab_size, cfg.pop("draft_vocab", None)
+    if Vd and V > 2 * Vd and (method != "medusa" or lm_head == "shared"):  # a large vocabulary: score Vd of it
+        module.use_vocab(vocab.frequent_tokens(best, Vd, always=[tok.eos_token_id] if tok.eos_token_id else []))
+        cfg["draft_vocab"] = Vd
+        covered = torch.isin(v_best, module.d2t.cpu()).float().mean().item()
+        if progress:
+            print(f"{method}: draft vocabulary of {Vd:,} of {V:,} tokens; it holds {covered:.1%} of the target's "
+                  "choices on the validation text")
     loss, accuracy = _loss_and_accuracy(module, method, states, x, best)
     checkpoint = out / "checkpoint.pt"
     if deadline is not None and not checkpoint.exists():  # size the run to the budget from one timed step
@@ -221,6 +286,8 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
             "threads": torch.get_num_threads(),
             "val_accuracy_vs_target": [round(a, 4) for a in acc[1]],
             "data": "the course corpus (Python standard library)" if data is None else str(data)}
+    if cfg.get("draft_vocab"):
+        card["draft_vocab_coverage"] = round(covered, 4)
     if method == "medusa":
         card["lm_head"] = "each head its own, initialised from the target's" if lm_head == "own" else \
             "the target's, shared and frozen"
@@ -241,7 +308,10 @@ def main(args) -> int:
     device = zoo.check_device(args.device or zoo.default_device())
     dtype = zoo.gpu_dtype(device) if device.startswith("cuda") else torch.float32
     try:
-        target, tok = zoo._load_one(name, device, dtype)
+        if name in zoo.MODELS:  # a real model the course runs offline (fp32: its heads are trained in fp32)
+            target, tok = zoo.load_model(name, device)
+        else:
+            target, tok = zoo._load_one(name, device, dtype)
     except (RuntimeError, OSError, ValueError) as e:  # offline with a Hub id, a folder with no model in it
         print(f"specdec-lab train-heads: error: --target {args.target}: {e}", file=sys.stderr)
         return 2
@@ -253,6 +323,9 @@ def main(args) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
         return 130
+    except ValueError as e:  # text that cannot train this target (no chat template, too short)
+        print(f"specdec-lab train-heads: error: {e}", file=sys.stderr)
+        return 2
     kind = "MedusaDrafter" if args.method == "medusa" else "EagleDrafter"
     print(f"load it with: {kind}.from_pretrained(target, {json.dumps(str(out))})")
     return 0

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import checks, lm, training
+from specdec_lab import checks, lm, training, vocab
 from specdec_lab.drafters import Drafter
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
@@ -69,12 +69,18 @@ class MedusaHeads(nn.Module):
     False gives each head its own trainable copy (the reference design, and what the zoo ships).
     """
 
-    def __init__(self, hidden: int, num_heads: int, lm_head: nn.Module, shared_lm_head: bool = True):
+    def __init__(self, hidden: int, num_heads: int, lm_head: nn.Module, shared_lm_head: bool = True,
+                 draft_vocab: int | None = None):
         super().__init__()
         if num_heads < 1:
             raise ValueError(f"num_heads must be >= 1, got {num_heads}")
         self.heads = nn.ModuleList(MedusaHead(hidden) for _ in range(num_heads))  # distinct modules, not [m] * K
         self.choices = None  # the tree tuned for these heads, once loaded with one (from_pretrained)
+        self.vocab = lm_head.out_features
+        # score only the draft vocabulary d2t [Vd] (specdec_lab.vocab; a shared LM head only), or every token
+        self.register_buffer("d2t", None if draft_vocab is None else torch.arange(draft_vocab))
+        if draft_vocab is not None and not shared_lm_head:
+            raise ValueError("a draft vocabulary reads rows of the target's LM head: use shared_lm_head=True")
         if shared_lm_head:
             self.lm_heads = None
             object.__setattr__(self, "_lm_head", lm_head)  # not a submodule: not trained, not saved
@@ -88,17 +94,34 @@ class MedusaHeads(nn.Module):
     def num_heads(self) -> int:
         return len(self.heads)
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Tensor, draft: bool = False) -> Tensor:
+        """h [.., H] -> logits [K, .., V] (draft=True: [K, .., Vd] over the draft vocabulary, for training)."""
         outs = []
         for k, head in enumerate(self.heads):
             lm_head = self._lm_head if self.lm_heads is None else self.lm_heads[k]
-            outs.append(lm_head(head(h).to(lm_head.weight.dtype)))  # [.., V] (fp32 heads may read a bf16 head)
-        return torch.stack(outs)  # [K, .., V]
+            weight = lm_head.weight if self.d2t is None else self._rows(lm_head)  # [V or Vd, H]
+            bias = None if self.d2t is not None else lm_head.bias
+            outs.append(F.linear(head(h).to(weight.dtype), weight, bias))  # fp32 heads may read a bf16 head
+        logits = torch.stack(outs)  # [K, .., Vd]
+        return logits if draft or self.d2t is None else vocab.scatter(logits, self.d2t, self.vocab)  # [K, .., V]
+
+    def _rows(self, lm_head) -> Tensor:
+        """The shared head's rows for d2t, [Vd, H], taken once."""
+        if getattr(self, "_cut", None) is None or self._cut.dtype != lm_head.weight.dtype:
+            self._cut = lm_head.weight.detach()[self.d2t.to(lm_head.weight.device)]
+        return self._cut
+
+    def use_vocab(self, tokens: Tensor) -> None:
+        """Score only `tokens` [Vd] (token ids) from now on."""
+        self.d2t = torch.as_tensor(tokens, dtype=torch.long).sort().values.to(self.heads[0].linear.weight.device)
+        self._cut = None
 
     @classmethod
-    def for_target(cls, target, num_heads: int = 4, shared_lm_head: bool = True) -> MedusaHeads:
+    def for_target(cls, target, num_heads: int = 4, shared_lm_head: bool = True,
+                   draft_vocab: int | None = None) -> MedusaHeads:
         """Fresh (untrained) heads sized for `target`, on its device and dtype."""
-        heads = cls(target.config.hidden_size, num_heads, target.get_output_embeddings(), shared_lm_head)
+        heads = cls(target.config.hidden_size, num_heads, target.get_output_embeddings(), shared_lm_head,
+                    draft_vocab)
         return heads.to(device=target.device, dtype=target.dtype)
 
     @classmethod
@@ -108,7 +131,8 @@ class MedusaHeads(nn.Module):
         checks.model(target, "target", "pass the target model the heads were trained for")
         file = Path(folder) / "heads.safetensors"
         meta = training.read_config(file, target, "Medusa heads", "medusa")
-        heads = cls.for_target(target, meta["num_heads"], shared_lm_head=not meta.get("own_lm_heads", False))
+        heads = cls.for_target(target, meta["num_heads"], shared_lm_head=not meta.get("own_lm_heads", False),
+                               draft_vocab=meta.get("draft_vocab"))
         heads = training.load(heads, file, target)
         if "choices" in meta:  # the tree tuned for them (heads saved before tuning existed have none)
             heads.choices = [tuple(c) for c in meta["choices"]]
@@ -125,7 +149,7 @@ class MedusaHeads(nn.Module):
         LM heads (shared_lm_head=False) are saved with the heads; a shared one is the target's, never saved."""
         head = self._lm_head if self.lm_heads is None else self.lm_heads[0]
         info = {"num_heads": self.num_heads, "hidden": head.in_features, "vocab": head.out_features,
-                "own_lm_heads": self.lm_heads is not None}
+                "own_lm_heads": self.lm_heads is not None, "draft_vocab": None if self.d2t is None else len(self.d2t)}
         training.save(self, Path(path) / "heads.safetensors", {**info, **(meta or {})})
 
 

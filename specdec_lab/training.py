@@ -154,7 +154,8 @@ def save(module: nn.Module, file: Path | str, config: dict) -> None:
 
     file = Path(file)
     file.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().to(torch.bfloat16).contiguous() for k, v in module.state_dict().items()}, file)
+    save_file({k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v).contiguous()  # ids stay ints
+               for k, v in module.state_dict().items()}, file)
     (file.parent / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
@@ -214,5 +215,5 @@ def load(module: nn.Module, file: Path | str, target) -> nn.Module:
     """module with the weights `save` wrote to `file` (read as float32), on target's device and dtype, in eval mode."""
     from safetensors.torch import load_file
 
-    module.load_state_dict({k: v.float() for k, v in load_file(Path(file)).items()})
+    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in load_file(Path(file)).items()})
     return module.to(device=target.device, dtype=target.dtype).eval()

@@ -8,6 +8,7 @@ import torch
 from specdec_lab import DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, bench, zoo
 from specdec_lab.__main__ import main
 from specdec_lab.engines import engine_settings, sglang_flags
+from specdec_lab.prompts import CATEGORIES as SUITE
 from specdec_lab.prompts import load_prompts
 
 
@@ -19,7 +20,7 @@ def pair():
 @pytest.fixture(scope="module")
 def results(pair):
     target, draft, tok = pair
-    prompts = [next(p for p in load_prompts(c)) for c in bench.CATEGORIES]  # one prompt per category
+    prompts = [next(p for p in load_prompts(c)) for c in SUITE]  # one prompt per category
     return bench.showdown(target, draft, tok, prompts, temperatures=(0.0, 0.7), max_new_tokens=12)
 
 
@@ -64,9 +65,9 @@ def test_rows_add_up_by_category(results):
         rows = [r for r in results if r["temperature"] == T and not r["skipped"]]
         for name in {r["method"] for r in rows}:
             by = {r["category"]: r for r in rows if r["method"] == name}
-            assert set(by) == {"all", *bench.CATEGORIES}
+            assert set(by) == {"all", *SUITE}
             for key in ("prompts", "tokens", "target_calls"):
-                assert by["all"][key] == sum(by[c][key] for c in bench.CATEGORIES)
+                assert by["all"][key] == sum(by[c][key] for c in SUITE)
             assert by["all"]["tau"] == pytest.approx(by["all"]["tokens"] / by["all"]["target_calls"], abs=1e-4)
         base = [r for r in rows if r["method"] == "target only"]
         assert all(r["speedup"] == 1 and r["tau"] == 1 for r in base)  # plain decoding: one token per pass

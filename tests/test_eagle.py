@@ -214,8 +214,9 @@ def test_perfect_draft_accepts_everything(target):
 
 @pytest.mark.parametrize("version,kind,settings", [(1, "dynamic", dict(temperature=1.0)),
                                                    (3, "static", dict(temperature=0.7, top_p=0.9)),
-                                                   (1, "chain", dict(temperature=1.0))],
-                         ids=["eagle2-T1", "eagle3-T0.7-p0.9", "eagle1-chain-T1"])
+                                                   (1, "chain", dict(temperature=1.0)),
+                                                   (3, "vocab", dict(temperature=1.0))],
+                         ids=["eagle2-T1", "eagle3-T0.7-p0.9", "eagle1-chain-T1", "eagle3-draft-vocab-T1"])
 def test_eagle_sampling_is_exact(version, kind, settings):
     target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
     net = EagleNet(target, version, heads=2, mlp=32)
@@ -225,7 +226,11 @@ def test_eagle_sampling_is_exact(version, kind, settings):
             p.add_(torch.randn(p.shape, generator=g) * 0.5)
     net.eval()
     kw = {"dynamic": dict(dynamic=True, topk=2, depth=2, budget=4), "static": dict(branching=[2, 1]),
-          "chain": dict(branching=[1, 1])}[kind]  # a chain goes through the chain rule, hidden states and all
+          "chain": dict(branching=[1, 1]), "vocab": dict(dynamic=True, topk=2, depth=2, budget=4)}[kind]
+    # a chain goes through the chain rule, hidden states and all; "vocab": a draft vocabulary of 4 of the 8 tokens,
+    # so the target often wants a token the draft cannot propose
+    if kind == "vocab":
+        net.use_vocab(torch.tensor([0, 2, 5, 7]))
     ids = torch.tensor([[1, 5, 2]])
     want = exact_joint(target, ids, Warp(**settings))
     g = torch.Generator().manual_seed(7)
@@ -237,6 +242,20 @@ def test_eagle_sampling_is_exact(version, kind, settings):
     pvalue = pooled_chi_square(counts, want)
     print(f"EAGLE-{version} {kind} {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs")
     assert pvalue > P_MIN
+
+
+def test_a_draft_vocabulary_scores_its_tokens_only_and_survives_saving(target, tmp_path):
+    net = _net(target, 3)
+    V = target.config.vocab_size
+    net.use_vocab(torch.tensor([9, 3, 40, 7]))  # any order: kept ascending
+    out = torch.randn(2, 5, net.hidden)
+    full, small = net.logits(out), net.draft_logits(out)  # [2, 5, V], [2, 5, 4]
+    assert full.shape == (2, 5, V) and small.shape == (2, 5, 4)
+    assert torch.equal(full[..., [3, 7, 9, 40]], small) and torch.isinf(full).sum() == 2 * 5 * (V - 4)
+    assert net.to_draft(torch.tensor([7, 8, 40])).tolist() == [1, -100, 3]
+    net.save(tmp_path / "e3")
+    loaded = EagleNet.from_pretrained(target, tmp_path / "e3")
+    assert loaded.d2t.tolist() == [3, 7, 9, 40] and loaded.d2t.dtype == torch.long
 
 
 def test_bad_input_errors(target, tmp_path):

