@@ -121,10 +121,6 @@ def chat_ids(tok, text: str) -> torch.Tensor:
     return tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids
 
 
-def _key(target) -> str:
-    return hashlib.sha1(str(target.config.name_or_path).encode()).hexdigest()[:8]
-
-
 @torch.no_grad()
 def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tokens: int = 128, batch: int = 24,
                  progress: bool = True) -> list[dict]:

@@ -56,9 +56,7 @@ CACHE_BYTES = 2e9  # the most host memory the cached target states may take
 def default_folder(target_name: str, method: str) -> Path:
     """Where train-heads writes unless told: <user cache>/specdec-lab/heads/<target>/<method>, <target> the Hub
     id or the absolute path of the target's folder, with "--" for "/"."""
-    from specdec_lab.zoo import user_cache
-
-    from specdec_lab.zoo import MODELS, model_folder
+    from specdec_lab.zoo import MODELS, model_folder, user_cache
 
     name = str(Path(target_name).resolve()) if Path(target_name).is_dir() else str(target_name)
     name = next((m for m in MODELS if str(model_folder(m).resolve()) == name), name)  # load_model's: its name
@@ -167,11 +165,13 @@ def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[s
 
 def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True):
     """training.cache_states(target, windows, layers), kept on disk in the user cache, so that training the next
-    method on the same windows skips the target's forwards: a file made for a superset of `layers` serves too."""
+    method on the same windows skips the target's forwards: a file made for a superset of `layers` serves too. The
+    key is the target's fingerprint (its config and an LM-head probe, not its path) and the windows' tokens."""
     from specdec_lab.zoo import user_cache
 
     folder = user_cache() / "states"
-    key = hashlib.sha1(str(target.config.name_or_path).encode() + windows.numpy().tobytes()).hexdigest()[:16]
+    who = json.dumps(training.fingerprint(target), sort_keys=True).encode()  # other weights at the same path differ
+    key = hashlib.sha1(who + windows.numpy().tobytes()).hexdigest()[:16]
     for file in sorted(folder.glob(f"{key}-*.pt")):
         saved = torch.load(file)
         if set(layers) <= set(saved["layers"]):
