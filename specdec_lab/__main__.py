@@ -84,7 +84,8 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--category", choices=["code", "edit", "doc", "chat", "rewrite"],
                         help="only this prompt category (code, edit, doc: the pair's suite; chat, code, rewrite: "
                         "--target's)")
-    parser.add_argument("--limit", type=positive_int, help="only the first N prompts")
+    parser.add_argument("--limit", type=positive_int, help="only the first N prompts (with --target the categories "
+                        "take turns: 12 gives 4 of each)")
     parser.add_argument("--naive", action="store_true", help="also time the loop without KV caches (--method draft)")
     parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's own choice)")
     parser.add_argument("--auto", action="store_true", help="also run the settings tuned for this device (chapter 08): "

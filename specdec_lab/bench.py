@@ -559,7 +559,8 @@ def bench_all(args) -> int:
 
         target, tok = zoo.load_model(args.target, device=args.device)
         draft = early_exit_model(target, EARLY_EXIT)
-        prompts, template = chat.held_out(args.category)[:args.limit], True
+        held = sorted(chat.held_out(args.category), key=lambda p: int(p["id"].rsplit("-", 1)[1]))  # categories take turns
+        prompts, template = held[:args.limit], True
         args.pair = args.target
         print(f"the draft model: {args.target}'s first {EARLY_EXIT} layers (an early exit, untrained)")
     else:

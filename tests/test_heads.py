@@ -233,3 +233,28 @@ def test_medusa_drafter_uses_the_tree_saved_with_its_heads(setup, trained):
 def test_chat_data_needs_a_chat_model(capsys):
     assert main(["train-heads", "--target", "tiny", "--method", "eagle1", "--data", "chat"]) == 2
     assert "no chat template, so the target is not a chat model" in capsys.readouterr().err
+
+
+def test_kept_states_are_reused_and_capped(setup, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    target = AutoModelForCausalLM.from_pretrained(setup[0]).eval()
+    windows = [torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    first, best = heads.stored_states(target, windows[0], progress=False)
+    folder = tmp_path / "specdec-lab" / "states"
+    (size,) = {f.stat().st_size for f in folder.glob("*.pt")}
+    monkeypatch.setattr(training, "cache_states", lambda *a: pytest.fail("kept states were computed again"))
+    again, best_again = heads.stored_states(target, windows[0], progress=False)
+    assert torch.equal(again, first) and torch.equal(best_again, best)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(heads, "STATES_BYTES", 2.5 * size)  # room for two files of this size
+    for w in windows[1:]:
+        heads.stored_states(target, w, progress=False)
+    assert len(list(folder.glob("*.pt"))) == 2
+    def computed(*args):
+        raise LookupError("not kept")
+
+    monkeypatch.setattr(training, "cache_states", computed)
+    heads.stored_states(target, windows[2], progress=False)  # the newest is kept
+    with pytest.raises(LookupError):  # the least recently used went first
+        heads.stored_states(target, windows[0], progress=False)

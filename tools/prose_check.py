@@ -49,7 +49,7 @@ UNSEEN = re.compile(
 def _figures(text: str) -> list[tuple[str, bool]]:
     """The numbers of a line of prose worth checking: (number as written without commas, is a percentage)."""
     text = NAMES.sub(" ", HIDDEN.sub(" ", text))
-    text = re.sub(r"^\s*(?:#+\s*)?\d+(?:\.\d+)*[.)]\s", " ", text)  # "## 3. Title", "2. item"
+    text = re.sub(r"^\s*(?:#+\s*)?\d+(?:\.\d+)*(?:[.)]| ·)\s", " ", text)  # "## 3. Title", "2. item", "# 11 · Title"
     found = []
     for m in NUMBER.finditer(text):
         n, percent = m.group(1).replace(",", ""), bool(m.group(2))

@@ -1,0 +1,87 @@
+"""τ of the drafts trained for SmolLM2-135M-Instruct on its 24 held-out chat prompts, greedy, by category.
+
+    python tools/real_tau.py --json results/tau-smollm2-135m-instruct.json
+    python tools/real_tau.py --json results/tau-smollm2-135m-instruct.json --only-ablation --ablation IN WITHOUT
+
+The second adds the rows of chapter 11's template ablation (two EAGLE-1 drafts trained alike, on the answers in the
+chat template and without it) to the saved table; rows already there for other methods are kept.
+
+τ = new tokens / target passes, pooled over a category's prompts (the prompt's own pass included). Every output is
+checked against the model's own greedy decoding (Hugging Face's `generate`); a difference stops the run. τ counts
+passes, not seconds, so it does not depend on the machine's load. Chapter 11 prints the saved table.
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from specdec_lab import EagleDrafter, MedusaDrafter, PromptLookupDrafter, chat, generate, heads, measure, zoo
+
+ABLATION = ("EAGLE-2, ablation: trained in the template", "EAGLE-2, ablation: trained without it")
+
+
+def methods(model, found: dict, ablation: list[str] | None) -> dict:
+    """{name: a function that makes a fresh drafter}."""
+    table = {"prompt lookup": lambda: PromptLookupDrafter(),
+             "Medusa": lambda: MedusaDrafter.from_pretrained(model, found["medusa"]),
+             "EAGLE-1, chain γ=4": lambda: EagleDrafter.from_pretrained(model, found["eagle1"], branching=[1] * 4),
+             "EAGLE-2, dynamic tree": lambda: EagleDrafter.from_pretrained(model, found["eagle1"], dynamic=True),
+             "EAGLE-2, dynamic tree of 60 (the paper's)": lambda: EagleDrafter.from_pretrained(
+                 model, found["eagle1"], dynamic=True, topk=10, depth=6, budget=60),
+             "EAGLE-3, dynamic tree": lambda: EagleDrafter.from_pretrained(model, found["eagle3"], dynamic=True)}
+    for name, folder in zip(ABLATION, ablation or []):
+        table[name] = lambda folder=folder: EagleDrafter.from_pretrained(model, folder, dynamic=True)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--new", type=int, default=64, help="new tokens per prompt (default 64)")
+    parser.add_argument("--json", help="also write the table here")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--only-ablation", action="store_true", help="run only the --ablation rows")
+    parser.add_argument("--ablation", nargs=2, metavar=("IN", "WITHOUT"), help="two folders of EAGLE-1 weights "
+                        "trained alike, on the answers in the chat template and without it (chapter 11)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tok = zoo.load_model("smollm2-135m-instruct", device="cpu")
+    found, eos = heads.find(model), tok.convert_tokens_to_ids("<|im_end|>")
+    make, table, t0 = methods(model, found, args.ablation), {}, time.monotonic()
+    if args.only_ablation:
+        make = {name: m for name, m in make.items() if name in ABLATION}
+    for p in chat.held_out():
+        ids = chat.chat_ids(tok, p["prompt"])
+        want = measure.hf_generate(model, ids, args.new, eos_token_id=eos).tolist()
+        for name, drafter in make.items():
+            gen = generate(model, ids, drafter(), max_new_tokens=args.new, eos_token_id=eos)
+            assert gen.tokens == want, f"{name} changed the greedy output of {p['id']}"
+            for cat in (p["category"], "all"):
+                row = table.setdefault(name, {}).setdefault(cat, [0, 0])
+                row[0] += len(gen.tokens)
+                row[1] += gen.target_calls
+    cats = [*chat.CATEGORIES, "all"]
+    folders = {} if args.only_ablation else {m: found[m] for m in ("eagle1", "eagle3", "medusa")}
+    folders |= dict(zip(ABLATION, args.ablation or []))
+    cards = {m: json.loads((Path(f) / "config.json").read_text()) for m, f in folders.items()}
+    print(f"τ on {len(chat.held_out())} held-out prompts, {args.new} new tokens, greedy, every output identical to "
+          f"the model's own greedy decoding; {time.monotonic() - t0:.0f} s")
+    print(f"{'method':<52} " + " ".join(f"{c:>8}" for c in cats))
+    for name, by in table.items():
+        print(f"{name:<52} " + " ".join(f"{by[c][0] / by[c][1]:8.2f}" for c in cats))
+    if args.json:
+        out = {name: {c: round(by[c][0] / by[c][1], 3) for c in cats} for name, by in table.items()}
+        trained = {m: {k: card.get(k) for k in ("data", "seconds", "val_accuracy_vs_target", "draft_vocab_coverage")}
+                   | {"steps": card["config"]["steps"], "windows": card["config"]["windows"]}
+                   for m, card in cards.items()}
+        file = Path(args.json)
+        old = json.loads(file.read_text()) if file.exists() else {"new_tokens": args.new, "tau": {}, "heads": {}}
+        if old["new_tokens"] != args.new:
+            raise SystemExit(f"{file} holds runs of {old['new_tokens']} new tokens: give --new {old['new_tokens']}")
+        file.write_text(json.dumps({"new_tokens": args.new, "prompts": len(chat.held_out()),
+                                    "tau": old["tau"] | out, "heads": old["heads"] | trained}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
