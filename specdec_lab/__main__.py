@@ -60,9 +60,10 @@ def check() -> int:
 
 def bench_arguments(parser) -> None:
     """The flags of `specdec-lab bench`; each is checked when parsed, before any model loads."""
-    from specdec_lab import bench, zoo
+    from specdec_lab import zoo
+
     named = ", ".join(f"{k} ({t.split('/')[-1]} with {d.split('/')[-1]})" for k, (t, d) in zoo.PAIRS.items())
-    parser.add_argument("--method", choices=sorted(bench.METHODS), default="all", help="all: every method, greedy "
+    parser.add_argument("--method", choices=sorted(METHODS), default="all", help="all: every method, greedy "
                         "and sampled (chapter 08, the default); draft: the draft model against HF (chapter 03)")
     parser.add_argument("--pair", default="tiny", type=pair_name, help="model pair for zoo.load_pair: tiny "
                         f"(embedded, the default), {named} (README's table of named pairs says why each), or a "
@@ -248,8 +249,194 @@ def check_train_zoo(parser, args) -> None:
                      "--measure-only --card DIR afterwards")
 
 
+def train_heads(args) -> int:
+    """`specdec-lab train-heads` (its flags checked as they are parsed): train, save, say how to load."""
+    import json
+
+    import torch
+
+    from specdec_lab import heads, zoo
+
+    name = str(zoo.EMBEDDED["tiny"] / "target") if args.target == "tiny" else args.target
+    device = zoo.check_device(args.device or zoo.default_device())
+    dtype = zoo.gpu_dtype(device) if device.startswith("cuda") else torch.float32
+    try:
+        if name in zoo.MODELS:  # a real model the course runs offline (fp32: its heads are trained in fp32)
+            target, tok = zoo.load_model(name, device)
+        else:
+            target, tok = zoo._load_one(name, device, dtype)
+    except (RuntimeError, OSError, ValueError) as e:  # offline with a Hub id, a folder with no model in it
+        print(f"specdec-lab train-heads: error: --target {args.target}: {e}", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = args.out or heads.default_folder(target.config.name_or_path, args.method)
+    try:
+        heads.train(target, tok, args.method, out, args.minutes, args.data, args.steps, args.windows,
+                    lm_head=args.lm_head)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
+        return 130
+    except ValueError as e:  # text that cannot train this target (no chat template, too short)
+        print(f"specdec-lab train-heads: error: {e}", file=sys.stderr)
+        return 2
+    kind = "MedusaDrafter" if args.method == "medusa" else "EagleDrafter"
+    print(f"load it with: {kind}.from_pretrained(target, {json.dumps(str(out))})")
+    return 0
+
+
+# ---- `specdec-lab bench`: flags in, exit code out (the benchmarks themselves are specdec_lab.bench) ---------
+
+
+def _load(args):
+    """The pair for `specdec-lab bench`, with a word when the CPU only emulates the chosen bfloat16."""
+    import torch
+
+    from specdec_lab import precision, zoo
+
+    target, draft, tok = zoo.load_pair(args.pair, device=args.device, dtype=args.dtype)
+    if target.device.type == "cpu" and target.dtype == torch.bfloat16 and not precision.cpu_bf16_is_native():
+        print("note: this CPU emulates bfloat16 (no AVX512-BF16 or AMX): expect it 10-40x slower than float32")
+    return target, draft, tok
+
+
+def bench_draft(args) -> int:
+    """`specdec-lab bench --method draft` (chapter 03): the draft model against plain decoding and HF."""
+    import torch
+
+    from specdec_lab import bench
+
+    target, draft, tok = _load(args)
+    prompts = [ids.to(target.device) for ids in bench.suite_prompts(tok, args.category, args.limit)]
+    methods = bench.draft_methods(target, draft, args.max_new_tokens, args.gamma, tok.eos_token_id, naive=args.naive)
+    print(f"pair {args.pair!r} in {str(target.dtype).removeprefix('torch.')}, {len(prompts)} prompts, greedy, "
+          f"max_new_tokens={args.max_new_tokens}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}")
+    rows = bench.run(target, methods, prompts, progress=True)
+    print(bench.format_table(rows))
+    ours, hf = rows[2], rows[3 + bool(args.naive)]
+    print(f"\ndraft model γ={args.gamma}: {ours.tokens_per_second / rows[0].tokens_per_second:.2f}x target only, "
+          f"{ours.tokens_per_second / hf.tokens_per_second:.2f}x {hf.method} "
+          f"({ours.tokens_per_second / max(r.tokens_per_second for r in rows if r.method.startswith('HF assisted')):.2f}x "
+          "the fastest HF assisted row)")
+    return 0 if not any(r.bugs for r in rows) else 1
+
+
+def _meta(args, target, prompts: list, temperatures: list, **extra) -> dict:
+    """A benchmark run's settings and versions, saved beside its results."""
+    import time
+
+    import torch
+    import transformers
+
+    return dict(pair=args.pair, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+                threads=torch.get_num_threads(), prompts=len(prompts), **extra,
+                category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
+                torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
+                machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
+
+
+def _save(results: list[dict], meta: dict, args) -> None:
+    """`bench.save_results` to the --json and --csv files given, saying where."""
+    from specdec_lab import bench
+
+    bench.save_results(results, meta, args.json, args.csv)
+    for path in (args.json, args.csv):
+        if path:
+            print(f"wrote {path}")
+
+
+def bench_all(args) -> int:
+    """`specdec-lab bench` (chapter 08's showdown): every method, greedy and sampled."""
+    import torch
+    import transformers
+
+    from specdec_lab import bench, chat
+    from specdec_lab.prompts import load_prompts
+
+    if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
+        from specdec_lab import zoo
+        from specdec_lab.draft_models import early_exit_model
+
+        target, tok = zoo.load_model(args.target, device=args.device)
+        draft = early_exit_model(target, bench.EARLY_EXIT)
+        held = sorted(chat.held_out(args.category), key=lambda p: int(p["id"].rsplit("-", 1)[1]))  # categories take turns
+        prompts, template = held[:args.limit], True
+        args.pair = args.target
+        print(f"the draft model: {args.target}'s first {bench.EARLY_EXIT} layers (an early exit, untrained)")
+    else:
+        target, draft, tok = _load(args)
+        prompts, template = load_prompts(args.category)[:args.limit], False
+    temperatures = args.temperatures or list(bench.TEMPERATURES)
+    device = target.device
+    meta = _meta(args, target, prompts, temperatures)
+    print(f"pair {args.pair!r} on {device} in {meta['dtype']}, {len(prompts)} prompts, "
+          f"max_new_tokens={args.max_new_tokens}, "
+          f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
+    try:
+        results = bench.showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
+                                 progress=True, gamma=args.gamma, auto=args.auto, template=template)
+    except bench.Interrupted as stop:
+        return _save_partial(stop.partial, meta, args)
+    for T in temperatures:
+        print("\n" + bench.format_showdown(results, T))
+    _save(results, meta, args)
+    greedy = [r for r in results if r["identical"] is not None and r["category"] == "all"]
+    tied, broken = [r["method"] for r in greedy if r["ties"]], [r["method"] for r in greedy if r["bugs"]]
+    if tied:
+        print(f"\nmismatches at near-ties of the target's logits (its rounding in {meta['dtype']} decides them; not "
+              f"errors): {', '.join(tied)}")
+    if broken:
+        print(f"\nNOT identical to plain greedy decoding, beyond ties (bugs): {', '.join(broken)}")
+    return 1 if broken else 0
+
+
+def _save_partial(results: list[dict], meta: dict, args) -> int:
+    """Ctrl-C: print and save what was measured, each result and the meta marked partial; exit code 130."""
+    from specdec_lab import bench
+
+    done = {r["temperature"]: r["prompts"] for r in results if r["category"] == "all" and not r["skipped"]}
+    if not done:
+        print("\ninterrupted before the first prompt was done: nothing measured, nothing saved")
+        return 130
+    so_far = ", ".join(f"T={T:g}: {n} of {meta['prompts']} prompts" for T, n in done.items())
+    for T in done:
+        print("\n" + bench.format_showdown(results, T))
+    files = [path for path in (args.json, args.csv) if path]
+    bench.save_results([dict(r, partial=True) for r in results], dict(meta, partial=f"interrupted after {so_far}"),
+                       args.json, args.csv)
+    saved = f"saved them, marked partial, to {' and '.join(files)}" if files else "give --json or --csv to save them"
+    print(f"\ninterrupted: measured {so_far}; {saved}")
+    return 130
+
+
+def bench_batch(args) -> int:
+    """`specdec-lab bench --batch B` (chapter 09): the chain methods decoding B prompts at a time."""
+    from specdec_lab import bench
+    from specdec_lab.prompts import load_prompts
+
+    target, draft, tok = _load(args)
+    prompts = load_prompts(args.category)[:args.limit]
+    temperatures = args.temperatures or [0.0]
+    meta = _meta(args, target, prompts, temperatures, batch=args.batch)
+    print(f"pair {args.pair!r} on {target.device} in {meta['dtype']}, {len(prompts)} prompts in batches of "
+          f"{args.batch}, max_new_tokens={args.max_new_tokens}, {meta['threads']} threads")
+    results = bench.batch_showdown(target, draft, tok, prompts, args.batch, temperatures, args.max_new_tokens,
+                                   args.gamma, progress=True)
+    for T in temperatures:
+        print("\n" + bench.format_batch_showdown(results, T))
+    _save(results, meta, args)
+    broken = [r["method"] for r in results if r["identical"] is not None and r["identical"] < r["prompts"]]
+    if broken:
+        print(f"\nNOT identical to each prompt's own greedy decoding: {', '.join(broken)}")
+    return 1 if broken else 0
+
+
+# `specdec-lab bench --method NAME` runs METHODS[NAME](args).
+METHODS = {"all": bench_all, "draft": bench_draft}
+
+
 def main(argv=None) -> int:
-    from specdec_lab import bench as bench_module
     from specdec_lab import train_zoo
 
     parser = argparse.ArgumentParser(prog="specdec-lab", description=__doc__)
@@ -306,11 +493,9 @@ def main(argv=None) -> int:
             return 130
         return 0
     if args.cmd == "train-heads":
-        from specdec_lab import heads
-
         if args.lm_head == "shared" and args.method != "medusa":
             th.error("--lm-head belongs to --method medusa (EAGLE drafts always read the target's own LM head)")
-        return heads.main(args)
+        return train_heads(args)
     if args.cmd == "bench":
         import torch
 
@@ -318,7 +503,7 @@ def main(argv=None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         try:
-            return bench_module.bench_batch(args) if args.batch else bench_module.METHODS[args.method](args)
+            return bench_batch(args) if args.batch else METHODS[args.method](args)
         except KeyboardInterrupt:  # --method all saves what it measured itself; this is the rest
             print("\ninterrupted", file=sys.stderr)
             return 130

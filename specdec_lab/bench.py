@@ -14,7 +14,8 @@ generator is seeded per prompt, so a run repeats exactly. Ctrl-C stops a run and
 and `showdown` raise `Interrupted`, whose `partial` holds the prompts every method finished, and the command
 line saves those results (marked partial) to its --json/--csv files.
 
-Used by notebooks/03_draft_target.ipynb, 06_eagle.ipynb, 08_showdown.ipynb and by the command line.
+Used by notebooks/03_draft_target.ipynb, 06_eagle.ipynb, 08_showdown.ipynb and by the command line, whose
+handlers (flags in, exit code out) live in `__main__`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from specdec_lab import chat, prompts as suite
 CATEGORIES = tuple(dict.fromkeys(suite.CATEGORIES + chat.CATEGORIES))  # the zoo suite's, then the chat prompts'
 # (code, edit, doc, chat, rewrite: a real chat model's prompts share "code" with the suite)
 
-__all__ = ["Row", "Interrupted", "run", "draft_methods", "format_table", "count_calls", "METHODS", "showdown_methods",
+__all__ = ["Row", "Interrupted", "run", "draft_methods", "format_table", "count_calls", "showdown_methods",
            "showdown", "format_showdown", "leaderboard_markdown", "save_results", "batch_methods", "batch_showdown",
            "format_batch_showdown"]
 
@@ -225,37 +226,10 @@ def suite_prompts(tokenizer, category: str | None = None, limit: int | None = No
     return [tokenizer(p["prompt"], return_tensors="pt").input_ids for p in prompts]
 
 
-def _load(args):
-    """The pair for `specdec-lab bench`, with a word when the CPU only emulates the chosen bfloat16."""
-    from specdec_lab import precision, zoo
-
-    target, draft, tok = zoo.load_pair(args.pair, device=args.device, dtype=args.dtype)
-    if target.device.type == "cpu" and target.dtype == torch.bfloat16 and not precision.cpu_bf16_is_native():
-        print("note: this CPU emulates bfloat16 (no AVX512-BF16 or AMX): expect it 10-40x slower than float32")
-    return target, draft, tok
-
-
-def bench_draft(args) -> int:
-    target, draft, tok = _load(args)
-    prompts = [ids.to(target.device) for ids in suite_prompts(tok, args.category, args.limit)]
-    methods = draft_methods(target, draft, args.max_new_tokens, args.gamma, tok.eos_token_id, naive=args.naive)
-    print(f"pair {args.pair!r} in {str(target.dtype).removeprefix('torch.')}, {len(prompts)} prompts, greedy, "
-          f"max_new_tokens={args.max_new_tokens}, "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}")
-    rows = run(target, methods, prompts, progress=True)
-    print(format_table(rows))
-    ours, hf = rows[2], rows[3 + bool(args.naive)]
-    print(f"\ndraft model γ={args.gamma}: {ours.tokens_per_second / rows[0].tokens_per_second:.2f}x target only, "
-          f"{ours.tokens_per_second / hf.tokens_per_second:.2f}x {hf.method} "
-          f"({ours.tokens_per_second / max(r.tokens_per_second for r in rows if r.method.startswith('HF assisted')):.2f}x "
-          "the fastest HF assisted row)")
-    return 0 if not any(r.bugs for r in rows) else 1
-
-
 # ---- chapter 08: the showdown ------------------------------------------------------------------------
 
-TEMPERATURES = (0.0, 0.7)
-EARLY_EXIT = 8  # the draft model of a real model without a small sibling here: its first 8 layers  # greedy, and the sampling temperature of the showdown
+TEMPERATURES = (0.0, 0.7)  # greedy, and the sampling temperature of the showdown
+EARLY_EXIT = 8  # the draft model of a real model without a small sibling here: its first 8 layers
 
 
 def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
@@ -271,10 +245,10 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     `specdec-lab train-heads` trained for it); a method without any is left out, saying how to train it.
     drafting: a list that receives every module the methods draft with (for `run(..., drafting=)`).
     auto: also the tuned settings (`tune`, chapter 08 section 7), each after its default: the draft model's chain
-    (gamma="auto") and tree (branching="auto"), EAGLE-2's and EAGLE-3's dynamic trees (dynamic="auto"). The tuner
+    and tree (`tune.auto_draft_model`), EAGLE-2's and EAGLE-3's dynamic trees (`tune.auto_eagle`). The tuner
     measures this device here, before any timing, and each name says what it picked.
     """
-    from specdec_lab import measure
+    from specdec_lab import measure, tune
     from specdec_lab.decoding import generate
     from specdec_lab.drafters import DraftModelDrafter
     from specdec_lab.lookahead import lookahead_generate
@@ -291,22 +265,21 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     def hf(**kw):
         return lambda ids: (measure.hf_generate(target, ids, n, eos_token_id=eos, temperature=T, **kw).tolist(), None)
 
-    def tuned(make, describe):  # (name, method) of an "auto" drafter: it tunes at its first start (remembered)
-        drafter = make()
-        drafter.start(target, torch.zeros(1, 1, dtype=torch.long, device=target.device))
-        return f"{describe(drafter.tuned.settings)} (auto)", ours(make)
+    def tuned(auto, describe):  # (name, method) of a tuned drafter: the tuner measures here, once (remembered)
+        drafter, pick = auto()
+        return f"{describe(pick.settings)} (auto)", ours(lambda: drafter)  # generate's start() resets it
 
     methods: dict[str, Method | str] = {
         "target only": ours(lambda: None),
         f"draft model, chain γ={gamma}": ours(lambda: DraftModelDrafter(draft, gamma)),
     }
     if auto:
-        name, method = tuned(lambda: DraftModelDrafter(draft, "auto"),
+        name, method = tuned(lambda: tune.auto_draft_model(target, draft, chain=True),
                              lambda s: f"draft model, chain γ={len(s['branching'])}")
         methods[name] = method
     methods[f"draft model, tree {list(branching)}"] = ours(lambda: DraftModelDrafter(draft, branching=list(branching)))
     if auto:
-        name, method = tuned(lambda: DraftModelDrafter(draft, branching="auto"),
+        name, method = tuned(lambda: tune.auto_draft_model(target, draft),
                              lambda s: f"draft model, tree {s['branching']}")
         methods[name] = method
     from specdec_lab import heads as trained
@@ -326,7 +299,7 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
         net = nets.get(method)
         methods[name] = ours(lambda make=make, net=net: make(net)) if net else trained.missing(target, method)
         if auto and net and "dynamic" in name:
-            tuned_name, tuned_method = tuned(lambda net=net: EagleDrafter(net, dynamic="auto"),
+            tuned_name, tuned_method = tuned(lambda net=net: tune.auto_eagle(target, net),
                                              lambda s: f"{name.split(',')[0]}, tree {s['budget']} nodes, depth {s['depth']}")
             methods[tuned_name] = tuned_method
     if drafting is not None:  # whatever drafts: the draft model (HF's assistant too), heads, nets, the LM head they read
@@ -527,86 +500,6 @@ def save_results(results: list[dict], meta: dict, json_path=None, csv_path=None)
             writer.writerows(results)
 
 
-def _meta(args, target, prompts: list, temperatures: list, **extra) -> dict:
-    """A benchmark run's settings and versions, saved beside its results."""
-    import platform
-
-    import transformers
-
-    return dict(pair=args.pair, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
-                threads=torch.get_num_threads(), prompts=len(prompts), **extra,
-                category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
-                torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
-                machine=platform.machine(), date=time.strftime("%Y-%m-%d %H:%M"))
-
-
-def _save(results: list[dict], meta: dict, args) -> None:
-    """`save_results` to the --json and --csv files given, saying where."""
-    save_results(results, meta, args.json, args.csv)
-    for path in (args.json, args.csv):
-        if path:
-            print(f"wrote {path}")
-
-
-def bench_all(args) -> int:
-    import transformers
-
-    from specdec_lab.prompts import load_prompts
-
-    if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
-        from specdec_lab import zoo
-        from specdec_lab.draft_models import early_exit_model
-
-        target, tok = zoo.load_model(args.target, device=args.device)
-        draft = early_exit_model(target, EARLY_EXIT)
-        held = sorted(chat.held_out(args.category), key=lambda p: int(p["id"].rsplit("-", 1)[1]))  # categories take turns
-        prompts, template = held[:args.limit], True
-        args.pair = args.target
-        print(f"the draft model: {args.target}'s first {EARLY_EXIT} layers (an early exit, untrained)")
-    else:
-        target, draft, tok = _load(args)
-        prompts, template = load_prompts(args.category)[:args.limit], False
-    temperatures = args.temperatures or list(TEMPERATURES)
-    device = target.device
-    meta = _meta(args, target, prompts, temperatures)
-    print(f"pair {args.pair!r} on {device} in {meta['dtype']}, {len(prompts)} prompts, "
-          f"max_new_tokens={args.max_new_tokens}, "
-          f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
-    try:
-        results = showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
-                           progress=True, gamma=args.gamma, auto=args.auto, template=template)
-    except Interrupted as stop:
-        return _save_partial(stop.partial, meta, args)
-    for T in temperatures:
-        print("\n" + format_showdown(results, T))
-    _save(results, meta, args)
-    greedy = [r for r in results if r["identical"] is not None and r["category"] == "all"]
-    tied, broken = [r["method"] for r in greedy if r["ties"]], [r["method"] for r in greedy if r["bugs"]]
-    if tied:
-        print(f"\nmismatches at near-ties of the target's logits (its rounding in {meta['dtype']} decides them; not "
-              f"errors): {', '.join(tied)}")
-    if broken:
-        print(f"\nNOT identical to plain greedy decoding, beyond ties (bugs): {', '.join(broken)}")
-    return 1 if broken else 0
-
-
-def _save_partial(results: list[dict], meta: dict, args) -> int:
-    """Ctrl-C: print and save what was measured, each result and the meta marked partial; exit code 130."""
-    done = {r["temperature"]: r["prompts"] for r in results if r["category"] == "all" and not r["skipped"]}
-    if not done:
-        print("\ninterrupted before the first prompt was done: nothing measured, nothing saved")
-        return 130
-    so_far = ", ".join(f"T={T:g}: {n} of {meta['prompts']} prompts" for T, n in done.items())
-    for T in done:
-        print("\n" + format_showdown(results, T))
-    files = [path for path in (args.json, args.csv) if path]
-    save_results([dict(r, partial=True) for r in results], dict(meta, partial=f"interrupted after {so_far}"),
-                 args.json, args.csv)
-    saved = f"saved them, marked partial, to {' and '.join(files)}" if files else "give --json or --csv to save them"
-    print(f"\ninterrupted: measured {so_far}; {saved}")
-    return 130
-
-
 # ---- chapter 09: the batched showdown --------------------------------------------------------------------
 
 
@@ -707,27 +600,3 @@ def format_batch_showdown(results: list[dict], temperature: float) -> str:
         lines.append(f"{r['method']:<{width}} | {r['batch']:5d} | {r['tau']:5.2f} | {r['steps']:14d} | "
                      f"{r['tokens_per_s']:8.1f} | {r['speedup']:6.2f}x | {same}")
     return "\n".join(lines)
-
-
-def bench_batch(args) -> int:
-    from specdec_lab.prompts import load_prompts
-
-    target, draft, tok = _load(args)
-    prompts = load_prompts(args.category)[:args.limit]
-    temperatures = args.temperatures or [0.0]
-    meta = _meta(args, target, prompts, temperatures, batch=args.batch)
-    print(f"pair {args.pair!r} on {target.device} in {meta['dtype']}, {len(prompts)} prompts in batches of "
-          f"{args.batch}, max_new_tokens={args.max_new_tokens}, {meta['threads']} threads")
-    results = batch_showdown(target, draft, tok, prompts, args.batch, temperatures, args.max_new_tokens,
-                             args.gamma, progress=True)
-    for T in temperatures:
-        print("\n" + format_batch_showdown(results, T))
-    _save(results, meta, args)
-    broken = [r["method"] for r in results if r["identical"] is not None and r["identical"] < r["prompts"]]
-    if broken:
-        print(f"\nNOT identical to each prompt's own greedy decoding: {', '.join(broken)}")
-    return 1 if broken else 0
-
-
-# `specdec-lab bench --method NAME` runs METHODS[NAME](args).
-METHODS = {"all": bench_all, "draft": bench_draft}

@@ -1,4 +1,5 @@
-"""Argument checks shared by every entry point: `generate`, the drafters, `lookahead_generate`, `Warp`.
+"""Argument checks shared by every entry point: `generate`, the drafters, `lookahead_generate`, `Warp`, and the
+probabilities and token ids that sampling's functions take.
 
 Each check returns the value in the form the code uses (an int, a set of ids, a [1, T] tensor) or raises
 `ArgumentError` with one line that names the argument, the value it got and what to pass instead. The
@@ -15,8 +16,9 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ArgumentError", "MIN_TEMPERATURE", "integer", "real", "temperature", "top_k", "top_p", "eos_ids",
-           "prompt", "model", "instance", "drafter", "branching", "choices"]
+__all__ = ["ArgumentError", "MIN_TEMPERATURE", "SUM_TOL", "integer", "real", "temperature", "top_k", "top_p", "eos_ids",
+           "prompt", "model", "instance", "drafter", "typical", "branching", "choices", "generator", "probs", "tokens",
+           "proposable"]
 
 # Below this, softmax(logits / T) is argmax in all but name; near 1e-38 logits / T overflows float32 to inf and
 # the softmax turns into NaN. So 0 < T < MIN_TEMPERATURE is refused: pass 0 for greedy decoding.
@@ -155,11 +157,11 @@ _MAKE = {"DraftModelDrafter": "DraftModelDrafter(draft)", "PromptLookupDrafter":
          "MedusaHeads": "MedusaDrafter(heads)", "EagleNet": "EagleDrafter(net)"}
 
 
-DRAFTER_MEMBERS = ("start", "propose", "commit", "needs_hidden", "typical")  # drafters.Drafter
+DRAFTER_MEMBERS = ("start", "propose", "commit", "needs_hidden")  # drafters.Drafter
 
 
 def drafter(value):
-    """None or a drafter (drafters.Drafter's five members); a model, a class or heads get what to pass instead."""
+    """None or a drafter (drafters.Drafter's four members); a model, a class or heads get what to pass instead."""
     missing = [m for m in DRAFTER_MEMBERS if not hasattr(value, m)]
     if value is None or (not missing and not isinstance(value, type)):
         return value
@@ -208,3 +210,78 @@ def choices(value) -> list[tuple[int, ...]]:
                             f"[(0,), (1,), (0, 0)]; medusa.DEFAULT_CHOICES is the default and "
                             f"tree.full_choices([2, 2, 1]) a full tree; got {_show(value)}")
     return [tuple(int(r) for r in c) for c in paths]
+
+
+# ---- probabilities and token ids (sampling's functions take them from anyone) ----------------------------------
+
+# How far (absolute) the sum of a probability row may be from 1. An fp32 softmax over a large
+# vocabulary stays well inside it; logits and unnormalized weights do not.
+SUM_TOL = 1e-4
+
+
+def generator(value):
+    """None or a torch.Generator (every draw of the course comes from one, so runs repeat)."""
+    if value is not None and not isinstance(value, torch.Generator):
+        raise ArgumentError(f"generator must be a torch.Generator or None, got {value!r}: "
+                            "pass torch.Generator().manual_seed(0)")
+    return value
+
+
+def probs(name: str, x, ndim: int | None = None, shape: str = "[..., V]", size=None) -> Tensor:
+    """x as a float tensor of probabilities, or a ValueError that says what is wrong with it.
+
+    ndim or size (a full shape) constrain the shape; `shape` names it in the message.
+    """
+    x = x if isinstance(x, Tensor) else torch.as_tensor(x)
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must hold floating-point probabilities, got dtype {x.dtype}")
+    x = x if x.dtype == torch.float32 else x.float()
+    if (ndim is not None and x.dim() != ndim) or x.dim() == 0:
+        raise ValueError(f"{name} must have shape {shape}, got {list(x.shape)}")
+    if size is not None and x.shape != tuple(size):
+        raise ValueError(f"{name} must have shape {list(size)} ({shape}), got {list(x.shape)}")
+    if x.numel() == 0:
+        if x.shape[-1] == 0:
+            raise ValueError(f"{name} has shape {list(x.shape)}: the vocabulary dimension is empty")
+        return x  # no rows, e.g. q for an empty draft
+    sums = x.sum(-1)  # [...]
+    low_sum, high_sum = torch.aminmax(sums)
+    if float(x.min()) >= 0 and 1 - SUM_TOL <= float(low_sum) and float(high_sum) <= 1 + SUM_TOL:
+        return x  # the common case; NaN and inf fail these comparisons and are diagnosed below
+    if torch.isnan(x).any():
+        raise ValueError(f"{name} has NaN entries")
+    if (x < 0).any():
+        where = tuple((x < 0).nonzero()[0].tolist())
+        raise ValueError(
+            f"{name} has a negative entry {x[where].item():.4g} at index {list(where)}: probabilities are "
+            ">= 0 (logits and log-probabilities are not probabilities)"
+        )
+    where = tuple(((sums - 1).abs() > SUM_TOL).nonzero()[0].tolist())
+    row = f" row {list(where)}" if where else ""
+    raise ValueError(
+        f"{name}{row} sums to {sums[where].item():.6f}, not 1 (tolerance {SUM_TOL:g}): "
+        "pass probabilities (a softmax), not logits or unnormalized weights"
+    )
+
+
+def tokens(name: str, tokens, vocab: int, device) -> Tensor:
+    """tokens as a 1-D long tensor of ids in [0, vocab)."""
+    ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
+    try:
+        ids = [operator.index(t) for t in ids]  # ints, numpy ints; not floats, not nested lists
+    except TypeError:
+        raise ValueError(f"{name} must be a 1-D sequence of integer token ids, got {ids}") from None
+    for i, t in enumerate(ids):
+        if not 0 <= t < vocab:
+            raise ValueError(f"{name} token {t} at position {i} is outside the vocabulary [0, {vocab})")
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
+def proposable(q_x: Tensor, tokens: Tensor, what: str) -> None:
+    """A drafter cannot propose a token it gives probability 0: that means q does not match the draft."""
+    if len(q_x) and float(q_x.min()) <= 0:
+        i = int((q_x <= 0).nonzero()[0])
+        raise ValueError(
+            f"q gives the {what} token {tokens[i].item()} (position {i}) probability 0, so it cannot "
+            "have been drawn from q: pass the distribution the draft was sampled from"
+        )

@@ -88,7 +88,7 @@ class Generation:
 class _NoDraft:
     """drafter=None: propose nothing, so the loop is plain autoregressive decoding (drafters.Drafter's protocol)."""
 
-    needs_hidden, typical = False, None
+    needs_hidden = False
 
     def start(self, target, ids: Tensor) -> None:
         pass
@@ -133,17 +133,18 @@ def _prompt(target, input_ids, max_new_tokens) -> tuple[Tensor, int]:
 @torch.inference_mode()
 def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, eos_token_id: int | Sequence[int] | None = None,
-             generator: torch.Generator | None = None) -> Generation:
+             generator: torch.Generator | None = None, typical: tuple[float, float] | None = None) -> Generation:
     """Decode up to max_new_tokens tokens after input_ids with `target`, speculating with `drafter`.
 
     drafter: None (plain decoding) or a drafters.Drafter. temperature 0 is greedy; otherwise softmax(logits / T)
     with optional top-k / top-p, the same Warp for target and drafter; a seeded `generator` makes it repeat.
     Output: exactly the target's own distribution (greedy: identical tokens); stops after max_new_tokens tokens
     or at the first eos_token_id (included). Arguments are checked before any model runs (see checks).
+    typical: (threshold, alpha) verifies by Medusa's typical acceptance instead, a LOSSY rule (chapter 05).
     """
     start = time.perf_counter()
     drafter = checks.drafter(drafter) or _NoDraft()
-    warp, eos = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id)
+    warp, eos, typical = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id), checks.typical(typical)
     ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
     T0 = T = ids.shape[1]
     buf = torch.cat([ids, ids.new_empty(1, max_new_tokens)], 1)  # the committed text, then room for the new
@@ -157,7 +158,7 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
         past = lm.cache_len(cache)
         assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
         logits, states = score(target, buf[:, past:T], tree, cache, drafter.needs_hidden)  # 2. [n+1, V]
-        path, emitted = verify_tree(logits, tree, warp, drafter.typical)  # 3. accepted nodes, their tokens + 1
+        path, emitted = verify_tree(logits, tree, warp, typical)  # 3. accepted nodes, their tokens + 1
         emitted, done = cut(emitted, budget, eos)  # 4. commit
         k = len(emitted)
         lm.keep(cache, T, path[:k - 1])  # the committed text's K/V but the new pending token's
@@ -177,7 +178,7 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
 @torch.inference_mode()
 def generate_naive(target, draft, input_ids, gamma: int = 3, max_new_tokens: int = 64, temperature: float = 0.0,
                    top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
-                   generator: torch.Generator | None = None) -> Generation:
+                   generator: torch.Generator | None = None, typical: tuple[float, float] | None = None) -> Generation:
     """The textbook loop without caches: both models re-read the whole text at every step.
 
     Same draws in the same order as `generate(..., DraftModelDrafter(draft, gamma))`, so with equal seeds

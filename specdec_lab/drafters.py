@@ -2,13 +2,15 @@
 
 Derived in notebooks/03_draft_target.ipynb.
 
-`decoding.generate` asks a drafter for five things and nothing else (`Drafter` declares them, with types):
+`decoding.generate` asks a drafter for four things and nothing else (`Drafter` declares them, with types):
 
     drafter.start(target, prompt_ids)            once, before the first step (check the pair, reset state)
     tree = drafter.propose(ids, warp, limit)     every step: a DraftTree at most `limit` tokens deep after ids
     drafter.commit(ids, accepted, path, hidden)  after verification: ids = the committed text now
     drafter.needs_hidden                         True: commit() gets the target's hidden states (Medusa, EAGLE)
-    drafter.typical                              None (exact), or Medusa's lossy (threshold, alpha)
+
+How the target verifies is the loop's business, not the drafter's: Medusa's lossy typical acceptance is
+`generate(..., typical=(threshold, alpha))`, with any drafter.
 
 A stateless drafter (prompt lookup, say) only writes `propose`. A drafter that samples its tokens sets
 `tree.q` to the warped distributions it sampled from (`warp.probs`, `warp.sample`); a deterministic one
@@ -21,7 +23,6 @@ import torch
 from torch import Tensor
 
 from specdec_lab import checks, lm
-from specdec_lab.draft_models import early_exit_model, fake_quantize, fake_quantized_model  # noqa: F401 (old imports)
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
@@ -31,11 +32,10 @@ __all__ = ["Drafter", "DraftModelDrafter"]
 class Drafter:
     """The drafter protocol, as a base class: override `propose`; the rest defaults to a stateless drafter.
 
-    An object that does not subclass it is accepted too if it has all five members (checks.drafter).
+    An object that does not subclass it is accepted too if it has all four members (checks.drafter).
     """
 
     needs_hidden: bool = False  # True: generate() passes commit() the target's hidden states (Medusa, EAGLE)
-    typical: tuple[float, float] | None = None  # (threshold, alpha): Medusa's lossy typical acceptance
 
     def start(self, target, ids: Tensor) -> None:
         """A new sequence begins with prompt ids [1, T]; check compatibility with `target`, reset state."""
@@ -74,23 +74,20 @@ class DraftModelDrafter(Drafter):
     whole frontier with a tree mask. `commit` keeps the accepted path's K/V by gather. branching=[1] * γ is
     the chain of gamma=γ.
 
-    gamma="auto" / branching="auto" (chapter 08): the chain or tree `tune.auto_tree` picks for this pair on this
-    device at the first `start` (about five seconds of measuring, then remembered); `tuned` holds the pick.
+    The chain or tree tuned for this pair on this device (chapter 08): `tune.auto_draft_model(target, draft)`.
 
     Context: the draft never reads past its own position table. A draft with a shorter context than the
     target's drafts fewer levels near its end, then none (plain decoding finishes the text); a prompt longer
     than the draft's context is refused in `start`.
     """
 
-    def __init__(self, draft, gamma: int | str | None = None, branching: list[int] | str | None = None):
+    def __init__(self, draft, gamma: int | None = None, branching: list[int] | None = None):
         checks.model(draft, "draft", "DraftModelDrafter takes the draft model itself, e.g. "
                      "AutoModelForCausalLM.from_pretrained(name) or zoo.load_pair('tiny')[1]")
-        self.auto = "chain" if gamma == "auto" else "tree" if branching == "auto" else None
-        if self.auto:  # tuned at the first start(), when the target is known; a placeholder until then
-            if gamma is not None and branching is not None:
-                raise checks.ArgumentError("pass gamma='auto' (the best chain) or branching='auto' (the best tree), "
-                                           "not both")
-            gamma, branching = None, [1, 1, 1]
+        if isinstance(gamma, str) or isinstance(branching, str):  # "auto" was a setting once
+            raise checks.ArgumentError(f"gamma={gamma!r}, branching={branching!r}: give numbers; the tuner picks them "
+                                       "for this device: drafter, pick = tune.auto_draft_model(target, draft, "
+                                       "chain=True) (chain=False: a tree)")
         if branching is not None:
             branching = checks.branching(branching)
             if gamma is not None and gamma != len(branching):
@@ -99,10 +96,9 @@ class DraftModelDrafter(Drafter):
         else:
             # γ = 3: near the peak of chapter 03's measured curve for the zoo pair (flat there; fastest γ varies)
             gamma = 3 if gamma is None else gamma
-            gamma = checks.integer(gamma, "gamma", "tokens drafted per step", 1, "for plain decoding pass drafter=None "
-                                   "(or gamma='auto': the γ tuned for this device)")
+            gamma = checks.integer(gamma, "gamma", "tokens drafted per step", 1, "for plain decoding pass drafter=None")
             branching = [1] * gamma
-        self.model, self.branching, self.gamma, self.cache, self.tuned = draft, branching, len(branching), None, None
+        self.model, self.branching, self.gamma, self.cache = draft, branching, len(branching), None
         self.context = lm.context_length(draft) or float("inf")  # the draft's position table
         self.base, self.fed = 0, 0  # the committed length the last tree was drafted after, its nodes in the cache
 
@@ -115,12 +111,6 @@ class DraftModelDrafter(Drafter):
         if ids.shape[1] > self.context:
             raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the draft's context of {self.context}: "
                              f"shorten it to {self.context} tokens or fewer")
-        if self.auto and self.tuned is None:  # measure this device once, pick, remember (tune.auto_tree)
-            from specdec_lab import tune
-
-            self.tuned = tune.auto_tree(target, self.model, chain=self.auto == "chain")
-            self.branching = self.tuned.settings["branching"]
-            self.gamma = len(self.branching)
         if any(b > 1 for b in self.branching):  # a tree: both models read it through a custom mask
             lm.require_custom_masks(target, "tree drafts")
             lm.require_custom_masks(self.model, "tree drafts")

@@ -38,12 +38,10 @@ from torch import Tensor, nn
 from specdec_lab import checks, lm, training, vocab
 from specdec_lab.drafters import Drafter
 from specdec_lab.sampling import Warp
-from specdec_lab.training import cache_states  # noqa: F401 (chapter 06 calls eagle.cache_states)
 from specdec_lab.tree import DraftTree, TreeBuilder
 
-__all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers",
-           "cache_states", "ttt_mask", "unroll", "eagle_loss", "train_eagle_net", "eagle_accuracy",
-           "expand_step", "select_nodes", "static_shapes", "EAGLE_DIR"]
+__all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers", "ttt_mask",
+           "unroll", "eagle_loss", "train_eagle_net", "eagle_accuracy", "expand_step", "select_nodes", "EAGLE_DIR"]
 
 EAGLE_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"  # eagle1/ and eagle3/ live here
 
@@ -368,24 +366,6 @@ def select_nodes(scores: Sequence[float], parents: Sequence[int], budget: int) -
     return keep
 
 
-def static_shapes(nodes: int, max_depth: int = 8, max_branch: int = 4) -> list[list[int]]:
-    """Every branching list (entries 1..max_branch, depth <= max_depth) whose full tree has exactly `nodes`
-    nodes: the static trees an EAGLE-2 tree of the same budget is compared with. [4, 1, 1, 1, 1, 1] has 24."""
-    out = []
-
-    def grow(branching, width, count):
-        if count == nodes:
-            out.append(list(branching))
-        if count >= nodes or len(branching) == max_depth:
-            return
-        for b in range(1, max_branch + 1):
-            if count + width * b <= nodes:
-                grow(branching + [b], width * b, count + width * b)
-
-    grow([], 1, 0)
-    return out
-
-
 # ---- drafting ----------------------------------------------------------------------------------------------
 
 
@@ -403,22 +383,21 @@ class EagleDrafter(Drafter):
     `topk` children per expanded node and `topk` nodes kept per level, `depth` levels, and the best `budget`
     nodes overall by cumulative draft log-probability. The defaults (top-4, 8 levels, 24 nodes: the size of
     Medusa's tree in chapter 05) gave the zoo draft the highest τ of the settings notebook 06 tries.
-    dynamic="auto": EAGLE-2 with the depth and budget `tune.auto_eagle` picks for this target on this device at
-    the first `start` (about ten seconds, then remembered); `tuned` holds the pick (predicted τ, cost, speedup).
+    EAGLE-2 with the top-k, depth and budget tuned for this target on this device: `tune.auto_eagle(target, net)`.
     """
 
     needs_hidden = True
 
-    def __init__(self, net: EagleNet, branching: Sequence[int] | None = None, dynamic: bool | str = False,
+    def __init__(self, net: EagleNet, branching: Sequence[int] | None = None, dynamic: bool = False,
                  topk: int = 4, depth: int = 8, budget: int = 24):
         checks.instance(net, EagleNet, "net", "EagleDrafter.from_zoo(target, version=1), or "
                         "EagleDrafter(EagleNet.from_zoo(target))")
         if dynamic and branching is not None:
             raise checks.ArgumentError("pass branching (a static tree) or dynamic=True (EAGLE-2's tree), not both")
-        if isinstance(dynamic, str) and dynamic != "auto":
-            raise checks.ArgumentError(f"dynamic={dynamic!r}: pass True (EAGLE-2's tree), False (a static tree) or "
-                                       "'auto' (EAGLE-2 with the depth and budget tuned for this device)")
-        self.net, self.dynamic, self.auto, self.tuned = net, bool(dynamic), dynamic == "auto", None
+        if isinstance(dynamic, str):  # "auto" was a setting once
+            raise checks.ArgumentError(f"dynamic={dynamic!r}: pass True (EAGLE-2's tree) or False (a static tree); "
+                                       "the tree tuned for this device: drafter, pick = tune.auto_eagle(target, net)")
+        self.net, self.dynamic = net, bool(dynamic)
         self.branching = checks.branching([1, 1, 1, 1] if branching is None else branching)
         self.topk = checks.integer(topk, "topk", "children per expanded node")
         self.depth = checks.integer(depth, "depth", "levels of the dynamic tree")
@@ -426,13 +405,13 @@ class EagleDrafter(Drafter):
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @classmethod
-    def from_zoo(cls, target, version: int = 1, dynamic: bool | str = False, **kwargs) -> EagleDrafter:
+    def from_zoo(cls, target, version: int = 1, dynamic: bool = False, **kwargs) -> EagleDrafter:
         """The drafter with the draft shipped for the zoo target: version 1 (EAGLE-1; dynamic=True is
         EAGLE-2's tree) or 3 (EAGLE-3)."""
         return cls(EagleNet.from_zoo(target, version), dynamic=dynamic, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, target, folder: Path | str, dynamic: bool | str = False, **kwargs) -> EagleDrafter:
+    def from_pretrained(cls, target, folder: Path | str, dynamic: bool = False, **kwargs) -> EagleDrafter:
         """The drafter with a draft trained for `target` by `specdec-lab train-heads --method eagle1|eagle3`
         (dynamic=True: EAGLE-2's tree)."""
         return cls(EagleNet.from_pretrained(target, folder), dynamic=dynamic, **kwargs)
@@ -443,11 +422,6 @@ class EagleDrafter(Drafter):
             raise ValueError(f"this EAGLE draft was built for hidden size {self.net.hidden}, the target has {H}: "
                              "train one for this target")
         lm.require_custom_masks(target, "EAGLE's drafts")  # the target reads every draft through a tree mask
-        if self.auto and self.tuned is None:
-            from specdec_lab import tune
-
-            self.tuned = tune.auto_eagle(target, self.net)
-            self.depth, self.budget, self.topk = (self.tuned.settings[k] for k in ("depth", "budget", "topk"))
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @torch.no_grad()

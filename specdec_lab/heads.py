@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from specdec_lab import eagle, medusa, training, vocab
+from specdec_lab import eagle, medusa, training, tune, vocab
 from specdec_lab.precision import autocast
 
 __all__ = ["METHODS", "SETTINGS", "default_folder", "find", "missing", "trained_for", "text_windows", "train"]
@@ -301,41 +300,10 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     if method == "medusa":
         card["lm_head"] = "each head its own, initialised from the target's" if lm_head == "own" else \
             "the target's, shared and frozen"
-        card.update(medusa.tree_card(acc))  # the tree MedusaDrafter.from_pretrained uses
+        card.update(tune.medusa_card(acc))  # the tree MedusaDrafter.from_pretrained uses
     module.to(target.dtype).save(out, meta=card)
     if progress:
         state = "done" if finished else "stopped at the time budget (rerun the same command to go on)"
         print(f"{method}: {state}; validation top-1 agreement with the target by offset "
               f"{card['val_accuracy_vs_target']}; saved to {out}")
     return card
-
-
-def main(args) -> int:
-    """`specdec-lab train-heads` (flags checked by __main__)."""
-    from specdec_lab import zoo
-
-    name = str(zoo.EMBEDDED["tiny"] / "target") if args.target == "tiny" else args.target
-    device = zoo.check_device(args.device or zoo.default_device())
-    dtype = zoo.gpu_dtype(device) if device.startswith("cuda") else torch.float32
-    try:
-        if name in zoo.MODELS:  # a real model the course runs offline (fp32: its heads are trained in fp32)
-            target, tok = zoo.load_model(name, device)
-        else:
-            target, tok = zoo._load_one(name, device, dtype)
-    except (RuntimeError, OSError, ValueError) as e:  # offline with a Hub id, a folder with no model in it
-        print(f"specdec-lab train-heads: error: --target {args.target}: {e}", file=sys.stderr)
-        return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out = args.out or default_folder(target.config.name_or_path, args.method)
-    try:
-        train(target, tok, args.method, out, args.minutes, args.data, args.steps, args.windows, lm_head=args.lm_head)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
-        return 130
-    except ValueError as e:  # text that cannot train this target (no chat template, too short)
-        print(f"specdec-lab train-heads: error: {e}", file=sys.stderr)
-        return 2
-    kind = "MedusaDrafter" if args.method == "medusa" else "EagleDrafter"
-    print(f"load it with: {kind}.from_pretrained(target, {json.dumps(str(out))})")
-    return 0

@@ -1,6 +1,7 @@
 """Measurements: the course's one way to time forward passes (its two cost ratios c and v(n)), Hugging Face's
-own `generate` as the baseline every decoder is checked and timed against (`hf_generate`), and what a draft
-tree achieves on one prompt (`topk_hit_rates`, `measure_tree`, chapter 04's explorer).
+own `generate` as the baseline every decoder is checked and timed against (`hf_generate`), where the target's token
+ranks among a draft's guesses (`draft_ranks`, `hit_rates`), and what a draft tree achieves on one prompt
+(`topk_hit_rates`, `measure_tree`, chapter 04's explorer).
 
     c    = time of one cached 1-token draft forward / time of one cached 1-token target forward
     v(n) = time of one cached n-token target forward / time of one cached 1-token target forward   (v(1) = 1)
@@ -15,7 +16,7 @@ drafts then costs γ·c + v(γ + 1) target steps (chapter 02). Two ways to take 
 
 Every round visits every (model, n) once in a shuffled order; round 0 is a warm-up. The statistic is the
 MINIMUM over the rounds: load from other programs can only add time, so the minimum is the figure that
-repeats on a busy machine, where a median does not.
+repeats on a busy machine, where a median does not. `best_times` is that timer, and the tuner times with it too.
 
     t = forward_costs({"target": target, "draft": draft}, ns=range(1, 10))
     c, v = cost_ratios(t)          # c, {n: v(n)}
@@ -30,7 +31,8 @@ import torch
 
 from specdec_lab import lm
 
-__all__ = ["PATTERNS", "forward_costs", "cost_ratios", "ForwardTimer", "hf_generate", "topk_hit_rates", "measure_tree"]
+__all__ = ["PATTERNS", "forward_costs", "best_times", "cost_ratios", "ForwardTimer", "hf_generate", "draft_ranks",
+           "hit_rates", "topk_hit_rates", "measure_tree"]
 
 PATTERNS = ("loop", "bench")
 
@@ -65,16 +67,11 @@ def forward_costs(models: dict, ns: Iterable[int] = (1,), context: int = 128, ro
     for name, model in models.items():
         lm.forward(model, prefix, caches[name])  # the context, read once; every timed call is cropped back to it
 
-    def timed(name: str, n: int) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        lm.forward(models[name], new[:, :n], caches[name])  # [B, n, V]
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        ms = 1e3 * (time.perf_counter() - t0)
-        lm.crop(caches[name], context)
-        return ms
+    def forward(name: str, n: int) -> None:
+        lm.forward(models[name], new[:, :n], caches[name])  # [B, n, V]; cropped back to the context after
+
+    def crop(key: tuple[str, int]) -> None:
+        lm.crop(caches[key[0]], context)
 
     calls = [(names[0], n) for n in ns]
     if pattern == "loop":  # target over n, then every draft over one token: the loop's alternation
@@ -82,25 +79,55 @@ def forward_costs(models: dict, ns: Iterable[int] = (1,), context: int = 128, ro
         groups = [calls[i: i + len(names)] for i in range(0, len(calls), len(names))]
     else:
         groups = [[call] for call in calls] + [[(d, 1)] for d in names[1:]]
-    best: dict[tuple[str, int], float] = {}
+
+    def schedule(r: int):  # round r's calls, in order; (None, f): f runs untimed
+        order = torch.randperm(len(groups), generator=gen).tolist()
+        if pattern == "bench":  # keep each model's calls together, shuffled within its block
+            order.sort(key=lambda i: names.index(groups[i][0][0]))
+        last = None
+        for i in order:
+            for name, n in groups[i]:
+                if pattern == "bench" and name != last:
+                    yield None, lambda name=name: (forward(name, 1), crop((name, 1)))  # the block starts warm
+                last = name
+                yield (name, n), lambda name=name, n=n: forward(name, n)
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for r in range(rounds + 1):
-            order = torch.randperm(len(groups), generator=gen).tolist()
-            if pattern == "bench":  # keep each model's calls together, shuffled within its block
-                order.sort(key=lambda i: names.index(groups[i][0][0]))
-            last = None
-            for i in order:
-                for name, n in groups[i]:
-                    if pattern == "bench" and name != last:
-                        timed(name, 1)  # untimed: the block starts with this model's weights warm
-                    last = name
-                    ms = timed(name, n)
-                    if r:  # round 0 warms up
-                        best[(name, n)] = min(ms, best.get((name, n), float("inf")))
+        return best_times(schedule, rounds, device, after=crop)
     finally:
         torch.set_num_threads(threads)
+
+
+def best_times(schedule, rounds: int, device=None, after=None) -> dict:
+    """The course's one timer: {key: milliseconds}, each timed call's MINIMUM over `rounds` rounds.
+
+    schedule(r) yields round r's calls in the order they run, as (key, function) pairs; key None runs the function
+    untimed (it sets the scene: what runs just before the next call in the loop being measured). after(key), when
+    given, runs untimed after each timed call (a cache cropped back, say). Round 0 warms up and is not kept.
+
+    Why the minimum: load from other programs can only add time, so the minimum is the figure that repeats on a
+    busy machine, where a median does not. `forward_costs` and the tuner (`tune.measure`) both time with it.
+    """
+    cuda = device is not None and torch.device(device).type == "cuda"
+    best: dict = {}
+    for r in range(rounds + 1):
+        for key, call in schedule(r):
+            if key is None:
+                call()
+                continue
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            call()
+            if cuda:
+                torch.cuda.synchronize()
+            ms = 1e3 * (time.perf_counter() - t0)
+            if after is not None:
+                after(key)
+            if r:  # round 0 warms up
+                best[key] = min(ms, best.get(key, float("inf")))
     return best
 
 
@@ -215,6 +242,25 @@ def hf_generate(model, ids: torch.Tensor, max_new_tokens: int, eos_token_id=None
 # ---- what a draft tree achieves on one prompt (chapter 04's explorer) ----------------------------------------
 
 
+@torch.inference_mode()
+def draft_ranks(draft, texts: list[tuple[torch.Tensor, int]], k: int = 4) -> list[list[int]]:
+    """Per text (ids [1, T + n], T), the rank (0 = the draft's top choice, k = not in its top k) of each of the n
+    continuation tokens among the draft's guesses there, teacher-forced: the draft reads the true text, as it does
+    along an accepted path."""
+    ranks = []
+    for full, T in texts:
+        logits = lm.forward(draft, full[:, :-1])[0, T - 1:]  # [n, V] the draft before each continuation token
+        hits = logits.topk(k, -1).indices == full[0, T:, None]  # [n, k] where the target's token sits
+        ranks.append(torch.where(hits.any(-1), hits.int().argmax(-1), k).tolist())
+    return ranks
+
+
+def hit_rates(ranks: list[list[int]], k: int = 4) -> list[float]:
+    """hit[j-1] = P(the target's token is among the draft's top j), j = 1..k: h(j) of chapter 04; hit[0] is α."""
+    flat = [r for text in ranks for r in text]
+    return [sum(r < j for r in flat) / len(flat) for j in range(1, k + 1)]
+
+
 def topk_hit_rates(target, draft, ids, max_new_tokens: int = 40, k: int = 4, eos_token_id=None) -> list[float]:
     """hit[j-1] = fraction of the target's greedy continuation of ids [1, T] whose token is among the draft's
     top j there (teacher-forced: the draft reads the prompt plus the target's own tokens), j = 1..k.
@@ -222,19 +268,11 @@ def topk_hit_rates(target, draft, ids, max_new_tokens: int = 40, k: int = 4, eos
     Under greedy verification a level of j children after an accepted node is accepted exactly when this
     event happens at that position, so these are the h(j) of the tree model (hit[0] is the chain's α).
     """
-    import torch
-
-    from specdec_lab import lm
     from specdec_lab.decoding import generate
 
-    with torch.inference_mode():
-        want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
-        full = torch.cat([ids, torch.tensor([want], device=ids.device)], 1)  # [1, T + n]
-        T = ids.shape[1]
-        logits = lm.forward(draft, full)[0, T - 1: T - 1 + len(want)]  # [n, V] the draft before each token
-        top = logits.topk(k, -1).indices  # [n, k]
-        hit = (top == torch.tensor(want, device=ids.device)[:, None]).int().cumsum(-1)  # [n, k] in top j?
-    return hit.float().mean(0).tolist()
+    want = generate(target, ids, None, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id).tokens
+    full = torch.cat([ids, torch.tensor([want], device=ids.device)], 1)  # [1, T + n]
+    return hit_rates(draft_ranks(draft, [(full, ids.shape[1])], k), k)
 
 
 def measure_tree(target, draft, ids, branching: list[int], max_new_tokens: int = 40, eos_token_id=None) -> dict:

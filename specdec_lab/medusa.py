@@ -34,14 +34,14 @@ from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
 
 __all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES", "head_loss", "train_heads",
-           "head_accuracy", "tune_choices", "tree_card", "cache_hidden", "self_labels"]
+           "head_accuracy", "cache_hidden", "self_labels"]
 
 MEDUSA_DIR = Path(__file__).parent / "data" / "zoo" / "tiny" / "medusa"
 TOPK = range(1, 11)  # the validation accuracies saved with trained heads: top-1 to top-10, their tree's input
 
 # A hand-made 24-node tree of depth 4 for four heads: wide at the first levels, where the heads are right least
 # often, narrow deep down. Heads saved by train-heads or train-zoo carry a tree tuned to their own measured
-# accuracies (`tune_choices`), which MedusaDrafter uses instead; this one is for heads without one.
+# accuracies (`tune.medusa_choices`), which MedusaDrafter uses instead; this one is for heads without one.
 DEFAULT_CHOICES = [(0,), (1,), (2,), (3,),
                    (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0),
                    (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 2, 0), (2, 0, 0),
@@ -235,38 +235,6 @@ def head_accuracy(heads: MedusaHeads, hidden: Tensor, labels: Tensor, ks: Sequen
     return {k: [hits[k][h] / counts[h] for h in range(heads.num_heads)] for k in ks}
 
 
-def tune_choices(topk: dict[int, Sequence[float]], nodes: int = 24) -> tuple[list[tuple[int, ...]], float]:
-    """The tree of `nodes` choices with the most expected accepted tokens, from measured top-k accuracies.
-
-    topk: {k: [top-k accuracy of head 0, head 1, ...]} for k = 1, 2, ..., kmax (`head_accuracy` with
-    ks=range(1, kmax + 1)). Head h's rank-r token is right with probability p[h][r] = top-(r+1) - top-r; taking
-    the heads as independent (Cai et al. 2024 do the same), the path (r0, r1, ...) is accepted whole with
-    probability p[0][r0] * p[1][r1] * ..., and the tree's expected accepted tokens are the sum of its paths'.
-    A path is never likelier than its prefix, so the `nodes` likeliest paths form a tree: that one is the best.
-    Returns (choices sorted by (len, path), expected accepted tokens per step, the bonus token not counted).
-    """
-    ks = sorted(topk)
-    if ks != list(range(1, len(ks) + 1)):
-        raise ValueError(f"topk must hold k = 1, 2, ..., kmax; got {ks}")
-    heads = len(topk[1])
-    p = [[topk[k][h] - (topk[k - 1][h] if k > 1 else 0.0) for k in ks] for h in range(heads)]  # [K][kmax]
-    paths, frontier = {}, [((), 1.0)]
-    for depth in range(heads):  # every path up to the heads' depth, pruned to the likeliest `nodes` per level
-        frontier = sorted(((c + (r,), q * p[depth][r]) for c, q in frontier for r in range(len(ks))),
-                          key=lambda cq: -cq[1])[:nodes]
-        paths.update(frontier)
-    best = sorted(paths.items(), key=lambda cq: (-cq[1], len(cq[0]), cq[0]))[:nodes]
-    return sorted((c for c, _ in best), key=lambda c: (len(c), c)), sum(q for _, q in best)
-
-
-def tree_card(topk: dict[int, Sequence[float]]) -> dict:
-    """The entries of a heads' config.json that MedusaDrafter takes its tree from: the top-k accuracies
-    (`head_accuracy` with ks=TOPK), the tuned choices and their expected accepted tokens per step."""
-    choices, expected = tune_choices(topk)
-    return {"val_topk_vs_target": {k: [round(a, 4) for a in v] for k, v in topk.items()}, "choices": choices,
-            "expected_accepted": round(expected, 3)}
-
-
 # ---- drafting --------------------------------------------------------------------------------------
 
 
@@ -277,17 +245,19 @@ class MedusaDrafter(Drafter):
     heads read the last one (the state whose LM-head output was this step's bonus or corrected token, which
     is the next pending token). The first call has no hidden state yet and drafts nothing (the prefill).
     choices: the tree (see module docstring); its depth must not exceed the number of heads. None: the tree
-    saved with the heads (`tune_choices` on their measured accuracies, by train-heads), else DEFAULT_CHOICES.
-    typical: None for exact verification; (threshold, alpha) for Medusa's typical acceptance, a LOSSY
-    opt-in that accepts any candidate the target finds plausible enough (sampling only; see tree.verify_tree).
+    saved with the heads (`tune.medusa_choices` on their measured accuracies, by train-heads), else DEFAULT_CHOICES.
+    Medusa's typical acceptance, a LOSSY opt-in that accepts any candidate the target finds plausible enough, is a
+    rule of the verifier: `generate(target, ids, MedusaDrafter(heads), typical=(0.09, 0.3))` (see tree.verify_tree).
     """
 
     needs_hidden = True
 
-    def __init__(self, heads: MedusaHeads, choices: Sequence[Sequence[int]] | None = None,
-                 typical: tuple[float, float] | None = None):
+    def __init__(self, heads: MedusaHeads, choices: Sequence[Sequence[int]] | None = None, typical=None):
         checks.instance(heads, MedusaHeads, "heads", "MedusaDrafter.from_zoo(target), or "
                         "MedusaDrafter(MedusaHeads.from_zoo(target))")
+        if typical is not None:  # where the setting lived once
+            raise checks.ArgumentError(f"typical={typical!r} is a rule of the verifier, not of the drafter: pass it "
+                                       "to generate(target, ids, MedusaDrafter(heads), typical=(0.09, 0.3))")
         if choices is None:  # the heads' own tuned tree, if they were saved with one
             choices = heads.choices or DEFAULT_CHOICES
         self.heads, self.choices = heads, checks.choices(choices)
@@ -297,7 +267,6 @@ class MedusaDrafter(Drafter):
             raise checks.ArgumentError(f"the choices are {depth} deep but there are only {heads.num_heads} heads: "
                                        f"keep paths of at most {heads.num_heads} ranks")
         self.topk = max(max(c) for c in self.choices) + 1
-        self.typical = checks.typical(typical)
         self.h = None  # [H] the target's last hidden state
 
     @classmethod

@@ -2,14 +2,13 @@
 
 Derived in notebooks/01_rejection_sampling.ipynb.
 
-Every function takes probabilities over the last dimension (V, the vocabulary) and checks them:
-entries must be finite and non-negative and each row must sum to 1 within `SUM_TOL`.
+Every function takes probabilities over the last dimension (V, the vocabulary) and checks them (`checks.probs`):
+entries must be finite and non-negative and each row must sum to 1 within `checks.SUM_TOL`.
 All randomness comes from the `generator` argument (a `torch.Generator`), so runs are reproducible.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,11 +17,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from specdec_lab import checks
-
-# How far (absolute) the sum of a probability row may be from 1. An fp32 softmax over a large
-# vocabulary stays well inside it; logits and unnormalized weights do not.
-SUM_TOL = 1e-4
-
 
 def probs_from_logits(
     logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
@@ -57,8 +51,8 @@ def residual(p: Tensor, q: Tensor) -> Tensor:
     mass rounds to zero) a rejection cannot happen, and returning p keeps the result a valid
     distribution that never puts mass where p has none.
     """
-    p = _as_probs("p", p)
-    q = _as_probs("q", q, shape="the shape of p", size=p.shape)
+    p = checks.probs("p", p)
+    q = checks.probs("q", q, shape="the shape of p", size=p.shape)
     return _residual(p, q)
 
 
@@ -74,19 +68,19 @@ def verify_chain(
     Returns 1 to γ+1 tokens: the accepted drafts, then the replacement drawn from residual(p_n, q_n)
     at the first rejection n, or the bonus token drawn from p_γ when all γ drafts pass.
     """
-    p = _as_probs("p", p, ndim=2, shape="[γ+1, V]")  # [γ+1, V]
+    p = checks.probs("p", p, ndim=2, shape="[γ+1, V]")  # [γ+1, V]
     vocab = p.shape[1]
-    draft = _as_tokens("draft", draft, vocab, p.device)  # [γ]
+    draft = checks.tokens("draft", draft, vocab, p.device)  # [γ]
     gamma = len(draft)
     if p.shape[0] != gamma + 1:
         raise ValueError(f"p must have γ+1 = {gamma + 1} rows for {gamma} drafts, got shape {list(p.shape)}")
     if q is None:
         q = F.one_hot(draft, vocab).float()  # [γ, V]
     else:
-        q = _as_probs("q", q, shape="[γ, V]", size=(gamma, vocab))  # [γ, V]
+        q = checks.probs("q", q, shape="[γ, V]", size=(gamma, vocab))  # [γ, V]
     rows = torch.arange(gamma, device=p.device)
     p_x, q_x = p[rows, draft], q[rows, draft]  # [γ], [γ] probability of each draft under p and q
-    _check_proposable(q_x, draft, "draft")
+    checks.proposable(q_x, draft, "draft")
     u = torch.rand(gamma, generator=generator, device=p.device)  # [γ]
     passed = (u * q_x < p_x).tolist()  # [γ] the accept test at every position
     n = 0
@@ -112,19 +106,19 @@ def verify_candidates(
     None). Returns (i, candidate i) for the first accepted one, or (None, a draw from the final
     target) when all are rejected.
     """
-    p = _as_probs("p", p, ndim=1, shape="[V]")  # [V]
+    p = checks.probs("p", p, ndim=1, shape="[V]")  # [V]
     vocab = p.shape[0]
-    cands = _as_tokens("candidates", candidates, vocab, p.device)  # [k]
+    cands = checks.tokens("candidates", candidates, vocab, p.device)  # [k]
     k = len(cands)
     if q is None:
         if len(set(cands.tolist())) < k:
             raise ValueError(f"with q=None the candidates must be distinct, got {cands.tolist()}")
         qs = F.one_hot(cands, vocab).float()  # [k, V] round i proposes candidate i for sure
     else:
-        q = _as_probs("q", q, shape="[V]", size=p.shape)  # [V]
+        q = checks.probs("q", q, shape="[V]", size=p.shape)  # [V]
         qs = q.expand(k, vocab)  # [k, V] every candidate was drawn from the same q
     q_x = qs[torch.arange(k, device=p.device), cands]  # [k] probability each candidate was proposed with
-    _check_proposable(q_x, cands, "candidate")
+    checks.proposable(q_x, cands, "candidate")
     u = torch.rand(k, generator=generator, device=p.device)  # [k]
     for i, (x, bound) in enumerate(zip(cands.tolist(), (u * q_x).tolist())):
         if bound < p[x]:  # u * q(x) < p(x), with p the target of this round
@@ -152,9 +146,7 @@ class Warp:
     def __post_init__(self):
         self.temperature = checks.temperature(self.temperature)
         self.top_k, self.top_p = checks.top_k(self.top_k), checks.top_p(self.top_p)
-        if self.generator is not None and not isinstance(self.generator, torch.Generator):
-            raise checks.ArgumentError(f"generator must be a torch.Generator or None, got {self.generator!r}: "
-                                       "pass torch.Generator().manual_seed(0)")
+        self.generator = checks.generator(self.generator)
 
     @property
     def greedy(self) -> bool:
@@ -177,63 +169,3 @@ def _residual(p: Tensor, q: Tensor) -> Tensor:
     positive = (p - q).clamp_min(0.0)  # [..., V]
     mass = positive.sum(-1, keepdim=True)  # [..., 1]
     return torch.where(mass > 0, positive / mass, p)  # [..., V] (the 0/0 branch is never selected)
-
-
-def _as_probs(name: str, x, ndim: int | None = None, shape: str = "[..., V]", size=None) -> Tensor:
-    """x as a float tensor of probabilities, or a ValueError that says what is wrong with it.
-
-    ndim or size (a full shape) constrain the shape; `shape` names it in the message.
-    """
-    x = x if isinstance(x, Tensor) else torch.as_tensor(x)
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must hold floating-point probabilities, got dtype {x.dtype}")
-    x = x if x.dtype == torch.float32 else x.float()
-    if (ndim is not None and x.dim() != ndim) or x.dim() == 0:
-        raise ValueError(f"{name} must have shape {shape}, got {list(x.shape)}")
-    if size is not None and x.shape != tuple(size):
-        raise ValueError(f"{name} must have shape {list(size)} ({shape}), got {list(x.shape)}")
-    if x.numel() == 0:
-        if x.shape[-1] == 0:
-            raise ValueError(f"{name} has shape {list(x.shape)}: the vocabulary dimension is empty")
-        return x  # no rows, e.g. q for an empty draft
-    sums = x.sum(-1)  # [...]
-    low_sum, high_sum = torch.aminmax(sums)
-    if float(x.min()) >= 0 and 1 - SUM_TOL <= float(low_sum) and float(high_sum) <= 1 + SUM_TOL:
-        return x  # the common case; NaN and inf fail these comparisons and are diagnosed below
-    if torch.isnan(x).any():
-        raise ValueError(f"{name} has NaN entries")
-    if (x < 0).any():
-        where = tuple((x < 0).nonzero()[0].tolist())
-        raise ValueError(
-            f"{name} has a negative entry {x[where].item():.4g} at index {list(where)}: probabilities are "
-            ">= 0 (logits and log-probabilities are not probabilities)"
-        )
-    where = tuple(((sums - 1).abs() > SUM_TOL).nonzero()[0].tolist())
-    row = f" row {list(where)}" if where else ""
-    raise ValueError(
-        f"{name}{row} sums to {sums[where].item():.6f}, not 1 (tolerance {SUM_TOL:g}): "
-        "pass probabilities (a softmax), not logits or unnormalized weights"
-    )
-
-
-def _as_tokens(name: str, tokens, vocab: int, device) -> Tensor:
-    """tokens as a 1-D long tensor of ids in [0, vocab)."""
-    ids = tokens.tolist() if isinstance(tokens, Tensor) else list(tokens)
-    try:
-        ids = [operator.index(t) for t in ids]  # ints, numpy ints; not floats, not nested lists
-    except TypeError:
-        raise ValueError(f"{name} must be a 1-D sequence of integer token ids, got {ids}") from None
-    for i, t in enumerate(ids):
-        if not 0 <= t < vocab:
-            raise ValueError(f"{name} token {t} at position {i} is outside the vocabulary [0, {vocab})")
-    return torch.tensor(ids, dtype=torch.long, device=device)
-
-
-def _check_proposable(q_x: Tensor, tokens: Tensor, what: str) -> None:
-    """A drafter cannot propose a token it gives probability 0: that means q does not match the draft."""
-    if len(q_x) and float(q_x.min()) <= 0:
-        i = int((q_x <= 0).nonzero()[0])
-        raise ValueError(
-            f"q gives the {what} token {tokens[i].item()} (position {i}) probability 0, so it cannot "
-            "have been drawn from q: pass the distribution the draft was sampled from"
-        )

@@ -315,17 +315,11 @@ def generate_batch(target, prompts, drafter=None, max_new_tokens: int = 64, temp
         new = [t[h:] + d for t, h, (d, _) in zip(live, cache.lengths(), drafts)]  # uncached committed, then drafts
         n = 1 + max(len(d) for d, _ in drafts)
         logits, states = cache.forward(target, new, n, batch.needs_hidden)  # 2. ONE pass: [B, n, V]
-        best = logits.argmax(-1).tolist() if warp.greedy else None  # [B, n] the target's choices
         alive, read, now = [], [], time.perf_counter() - start
-        for b, i in enumerate(active):  # 3. verify and 4. commit, row by row
+        for b, i in enumerate(active):  # 3. verify and 4. commit, row by row, with generate's verifier and cut
             d, q = drafts[b]
             g = len(d)
-            if best is not None:  # greedy: the leading drafts equal to the target's choice, then its own token
-                choice = best[b][n - g - 1:]  # [g + 1]
-                a = next((j for j in range(g) if d[j] != choice[j]), g)
-                path, emitted = list(range(a)), choice[:a + 1]
-            else:
-                path, emitted = verify_tree(logits[b, n - g - 1:], DraftTree.chain(d, q), warp)
+            path, emitted = verify_tree(logits[b, n - g - 1:], DraftTree.chain(d, q), warp)  # [g + 1, V] row b's
             emitted, done = cut(emitted, budget[b], eos)
             texts[i] += emitted
             out.rows[i].record(len(path), g, g)

@@ -404,7 +404,7 @@ def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = Non
     only the heads train. Labels are the target's own greedy predictions (see medusa.self_labels); the
     card also records each head's accuracy against the raw text.
     """
-    from specdec_lab import medusa, training, zoo
+    from specdec_lab import medusa, training, tune, zoo
 
     cfg = dict(MEDUSA, steps=steps or MEDUSA["steps"])
     t0 = time.time()
@@ -421,7 +421,7 @@ def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = Non
             "log": log, "seconds": round(time.time() - t0, 1),
             "val_accuracy_vs_target": {k: topk[k] for k in (1, 5)},
             "val_accuracy_vs_text": medusa.head_accuracy(heads, v_hidden, val)}
-    card.update(medusa.tree_card(topk))
+    card.update(tune.medusa_card(topk))
     heads.save(out_dir / "medusa", meta=card)
     print(json.dumps({k: card[k] for k in ("seconds", "val_accuracy_vs_target", "val_accuracy_vs_text")}))
     return card
@@ -451,13 +451,13 @@ def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps:
     target, _, tok = zoo.load_pair(str(zoo_dir))
     net = eagle.EagleNet(target, version, cfg["heads"], cfg["mlp"])
     x, val = cached_windows(tok, cfg, seed=5)  # [N, T] training, [n, T] validation
-    states, best = eagle.cache_states(target, x, net.layers)  # [N, T, S, H] bf16, [N, T]
+    states, best = training.cache_states(target, x, net.layers)  # [N, T, S, H] bf16, [N, T]
     print(f"eagle-{version}: cached the target's states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
     t1 = time.time()
     log = eagle.train_eagle_net(net, states, x, best, cfg["steps"], cfg["batch"], cfg["lr"], cfg["ttt_steps"],
                                 cfg["noise"])
     train_seconds, seconds = round(time.time() - t1, 1), round(time.time() - t0, 1)
-    v_states, v_best = eagle.cache_states(target, val, net.layers)
+    v_states, v_best = training.cache_states(target, val, net.layers)
     card = {**training.fingerprint(target), "config": cfg, "embedding_and_lm_head": "the target's, frozen",
             "labels": "self-distilled",
             "log": log, "seconds": seconds, "train_seconds": train_seconds, "threads": torch.get_num_threads(),

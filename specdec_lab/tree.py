@@ -31,7 +31,7 @@ from torch import Tensor
 from specdec_lab import checks, lm
 from specdec_lab.sampling import Warp, verify_candidates, verify_chain
 
-__all__ = ["DraftTree", "tree_mask", "tree_depths", "tree_positions", "tree_forward", "tree_logits",
+__all__ = ["DraftTree", "branchings", "tree_mask", "tree_depths", "tree_positions", "tree_forward", "tree_logits",
            "TreeBuilder", "branching_parents", "choices_parents", "full_choices", "count_nodes", "rooted",
            "children_of", "verify_tree_greedy", "verify_tree_sampling", "typical_threshold", "verify_tree_typical",
            "verify_tree"]
@@ -212,6 +212,25 @@ def branching_parents(branching: Sequence[int]) -> list[int]:
 def count_nodes(branching: Sequence[int]) -> int:
     """Nodes (root excluded) of the full tree with this branching: sum over levels of prod(branching[:l+1])."""
     return len(branching_parents(branching))
+
+
+def branchings(max_nodes: int, max_depth: int = 8, max_branch: int = 4, exact: bool = False,
+               non_increasing: bool = False) -> list[list[int]]:
+    """Every branching list (entries 1..max_branch, 1..max_depth levels) whose full tree has at most `max_nodes`
+    nodes (exact=True: exactly that many), depth first: [1], [1, 1], ... The course's one enumerator of static
+    tree shapes: chapter 06 compares every tree of 24 nodes with EAGLE-2's; the tuner (non_increasing=True: each
+    level at most as wide as the one before) searches the draft model's. [4, 1, 1, 1, 1, 1] has 24 nodes."""
+    out = []
+
+    def grow(branching, width, nodes):
+        if branching and (nodes == max_nodes or not exact):
+            out.append(list(branching))
+        for b in range(1, (branching[-1] if branching and non_increasing else max_branch) + 1):
+            if len(branching) < max_depth and nodes + width * b <= max_nodes:
+                grow(branching + [b], width * b, nodes + width * b)
+
+    grow([], 1, 0)
+    return out
 
 
 def choices_parents(choices: Sequence[Sequence[int]]) -> list[int]:

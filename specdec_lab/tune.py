@@ -8,7 +8,7 @@ On a CPU it costs two or more, and a wide tree loses. The tuner measures, in fiv
   * c(m): one draft-model forward over m tokens (a tree level of m nodes), in the same unit;
   * e(m): one EAGLE level over m nodes (the net's layer, the LM head, the log-softmax), the same unit;
 and, on calibration texts of its own (never the benchmark's prompts), teacher-forced on the target's greedy text:
-  * where the target's token ranks among the draft model's top k at every position (`draft_ranks`): what any
+  * where the target's token ranks among the draft model's top k at every position (`measure.draft_ranks`): what any
     static top-k tree of the draft model would accept (`tree_acceptance`);
   * EAGLE-2's mean accepted length for every depth and node budget, all from one pass that grows the full
     candidate pool at every position (`eagle_acceptance`).
@@ -18,14 +18,14 @@ where EAGLE-2 (Li et al. 2024) fixes its budget by hand.
 
     costs = tune.measure(target, draft=draft)          # Costs: v(n), c(m) on this device, at this thread count
     pick = tune.best_tree(costs, ranks)                 # Pick: the branching with the best predicted speedup
-    DraftModelDrafter(draft, gamma="auto")              # measures and picks at its first start(), then remembers
-    EagleDrafter(net, dynamic="auto")                   # EAGLE-2's depth and budget, picked the same way
+    drafter, pick = tune.auto_draft_model(target, draft, chain=True)   # all three steps: a tuned DraftModelDrafter
+    drafter, pick = tune.auto_eagle(target, net)        # EAGLE-2's top-k, depth and budget, picked the same way
+
+The tuner sits above the methods: it builds drafters with the settings it picked; no drafter calls it.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,10 +34,15 @@ import torch
 import torch.nn.functional as F
 
 from specdec_lab import economics, lm
-from specdec_lab.tree import tree_depths
+from specdec_lab.decoding import generate
+from specdec_lab.drafters import DraftModelDrafter
+from specdec_lab.eagle import EagleDrafter
+from specdec_lab.measure import best_times, draft_ranks  # the course's one timer; where a draft's guesses rank
+from specdec_lab.tree import branchings, tree_depths
 
-__all__ = ["NS", "WIDTHS", "CALIBRATION", "Costs", "Pick", "measure", "calibration_texts", "hit_rates",
-           "eagle_acceptance", "draft_ranks", "tree_acceptance", "predict_tree", "best_tree", "predict_eagle", "best_eagle", "auto_tree", "auto_eagle"]
+__all__ = ["NS", "WIDTHS", "CALIBRATION", "Costs", "Pick", "measure", "calibration_texts", "eagle_acceptance",
+           "tree_acceptance", "predict_tree", "best_tree", "predict_eagle", "best_eagle", "medusa_choices",
+           "medusa_card", "auto_draft_model", "auto_eagle"]
 
 NS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64)  # target pass sizes timed; v(n) between: linear
 WIDTHS = (1, 2, 4, 8, 16)  # draft forward sizes timed (a tree level's frontier)
@@ -75,7 +80,7 @@ def _interp(table: dict[int, float], x: float) -> float:
 
 @dataclass
 class Costs:
-    """What a forward costs on one device at one thread count, in milliseconds (the median of interleaved calls).
+    """What a forward costs on one device at one thread count, in milliseconds (the minimum over interleaved rounds).
 
     verify[n]: a target pass over n new tokens; draft[m]: a draft-model forward over m tokens; eagle[m]: one EAGLE
     level over m nodes; step: plain decoding's one-token step (None: verify[1]). v, c, e divide by the step: the
@@ -139,7 +144,8 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 10
     """Time the forwards the tuner needs, in a shuffled order each round (after a warm-up round), each where the
     decoding loop makes it: a target pass right after a drafter's forward, a draft forward right after a target pass
     (each model's weights partly pushed out of the caches by the other's, as in the loop), plain decoding's step
-    right after another step. The median of the rounds, made non-decreasing in the number of tokens.
+    right after another step. The minimum over the rounds (`measure.best_times`, the course's one timer), made
+    non-decreasing in the number of tokens.
 
     target at every n in NS; the draft model (when given) and the EAGLE net (when given) at every m in WIDTHS,
     each after `context` cached tokens. threads: run at this many torch threads (None: as now).
@@ -166,8 +172,10 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 10
             eagle(feature[:, :context], prefix, torch.arange(context), None, caches["eagle"])
             calls, drafters = calls + [(k, m) for k in ("eagle", "eagle+") for m in WIDTHS], drafters + ["eagle"]
 
+        model_of = {"step": "verify", "draft+": "draft", "eagle+": "eagle"}  # calls that run the same forward
+
         def run(kind: str, n: int) -> None:
-            kind = {"step": "verify", "draft+": "draft", "eagle+": "eagle"}.get(kind, kind)
+            kind = model_of.get(kind, kind)
             if kind == "verify":
                 lm.forward(target, new[:, :n], caches[kind])  # [1, n, V]
             elif kind == "draft":
@@ -177,31 +185,29 @@ def measure(target, draft=None, eagle=None, context: int = 128, rounds: int = 10
                 out = eagle(feature[:, context:context + n], new[:, :n], torch.full((n,), context), level,
                             caches[kind])  # [1, n, H]: n siblings, each seeing the cache and itself
                 F.log_softmax(eagle.logits(out).float(), -1)
-            lm.crop(caches[kind], context)
 
-        times: dict[tuple[str, int], list[float]] = {call: [] for call in calls}
-        for r in range(rounds + 1):
+        def crop(call: tuple[str, int]) -> None:
+            lm.crop(caches[model_of.get(call[0], call[0])], context)
+
+        # what runs just before each call in the loop (untimed): drafting before a pass, a pass before the first
+        # level of drafting (a small one: the chains'), a level before the next, a step before a step
+        def prelude(kind: str, r: int) -> tuple[str, int]:
+            return {"step": ("verify", 1), "verify": (drafters[r % len(drafters)], 1) if drafters else ("verify", 1),
+                    "draft+": ("draft", 1), "eagle+": ("eagle", 1)}.get(kind, ("verify", 4))
+
+        def schedule(r: int):
             for i in torch.randperm(len(calls), generator=gen).tolist():
                 kind, n = calls[i]
-                # what runs just before this call in the loop (untimed): drafting before a pass, a pass before
-                # the first level of drafting (a small one: the chains'), a level before the next, a step before a step
-                run(*{"step": ("verify", 1), "verify": (drafters[r % len(drafters)], 1) if drafters else ("verify", 1),
-                      "draft+": ("draft", 1), "eagle+": ("eagle", 1)}.get(kind, ("verify", 4)))
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                run(kind, n)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                if r:  # round 0 warms up
-                    times[kind, n].append(1e3 * (time.perf_counter() - t0))
-        med = {call: statistics.median(ts) for call, ts in times.items()}
+                yield None, lambda kind=kind: (run(*prelude(kind, r)), crop(prelude(kind, r)))
+                yield (kind, n), lambda kind=kind, n=n: run(kind, n)
+
+        best = best_times(schedule, rounds, device, after=crop)
 
         def table(kind: str) -> dict[int, float]:  # a call over more tokens never costs less: a running maximum
-            sizes = sorted(n for k, n in med if k == kind)
-            return {n: max(med[kind, m] for m in sizes if m <= n) for n in sizes}
+            sizes = sorted(n for k, n in best if k == kind)
+            return {n: max(best[kind, m] for m in sizes if m <= n) for n in sizes}
 
-        return Costs(table("verify"), table("draft"), table("eagle"), med["step", 1], torch.get_num_threads(),
+        return Costs(table("verify"), table("draft"), table("eagle"), best["step", 1], torch.get_num_threads(),
                      device.type, table("draft+"), table("eagle+"))
     finally:
         torch.set_num_threads(before)
@@ -213,8 +219,6 @@ def calibration_texts(target, tokenizer=None, new_tokens: int = 32, texts: Seque
 
     texts: strings (then a tokenizer is needed) or [1, T] id tensors.
     """
-    from specdec_lab.decoding import generate
-
     device = next(target.parameters()).device
     out = []
     for text in texts:
@@ -223,24 +227,6 @@ def calibration_texts(target, tokenizer=None, new_tokens: int = 32, texts: Seque
         want = generate(target, ids, None, max_new_tokens=new_tokens).tokens
         out.append((torch.cat([ids, torch.tensor([want], device=device)], 1), ids.shape[1]))
     return out
-
-
-@torch.inference_mode()
-def draft_ranks(draft, texts: list[tuple[torch.Tensor, int]], k: int = 4) -> list[list[int]]:
-    """Per text, the rank (0 = the draft's top choice, k = not in its top k) of each continuation token among the
-    draft's guesses there, teacher-forced: the draft reads the true text, as it does along an accepted path."""
-    ranks = []
-    for full, T in texts:
-        logits = lm.forward(draft, full[:, :-1])[0, T - 1:]  # [n, V] the draft before each continuation token
-        hits = logits.topk(k, -1).indices == full[0, T:, None]  # [n, k] where the target's token sits
-        ranks.append(torch.where(hits.any(-1), hits.int().argmax(-1), k).tolist())
-    return ranks
-
-
-def hit_rates(ranks: list[list[int]], k: int = 4) -> list[float]:
-    """hit[j-1] = P(the target's token is among the draft's top j), j = 1..k: h(j) of chapter 04; hit[0] is α."""
-    flat = [r for text in ranks for r in text]
-    return [sum(r < j for r in flat) / len(flat) for j in range(1, k + 1)]
 
 
 def tree_acceptance(ranks: list[list[int]], branching: Sequence[int], span: int = 8) -> float:
@@ -270,8 +256,6 @@ def eagle_acceptance(target, net, texts: list[tuple[torch.Tensor, int]], max_dep
     pool's path along the target's tokens that it kept. Averaged over every position, not only where a pass
     begins: close to what decoding sees (a test checks one position against a real pass).
     """
-    from specdec_lab.eagle import EagleDrafter
-
     acc = {}
     for k in topks:
         drafter = EagleDrafter(net, dynamic=True, topk=k, depth=max_depth)
@@ -308,21 +292,6 @@ def _path_ranks(tokens: list[int], parents: list[int], scores: list[float], want
     return ranks
 
 
-def _branchings(max_depth: int, max_branch: int, max_nodes: int) -> list[list[int]]:
-    """Every non-increasing branching list (entries <= max_branch, depth <= max_depth, full tree <= max_nodes)."""
-    out = []
-
-    def grow(branching, width, nodes):
-        if branching:
-            out.append(branching)
-        for b in range(1, (branching[-1] if branching else max_branch) + 1):
-            if len(branching) < max_depth and nodes + width * b <= max_nodes:
-                grow(branching + [b], width * b, nodes + width * b)
-
-    grow([], 1, 0)
-    return out
-
-
 def predict_tree(costs: Costs, ranks: list[list[int]], branching: Sequence[int]) -> Pick:
     """A draft-model tree's predicted τ = 1 + `tree_acceptance` and pass cost: v(1 + nodes) plus one draft forward
     per level over that level's frontier (1 token right after the pass, then the nodes of the level before)."""
@@ -339,7 +308,7 @@ def best_tree(costs: Costs, ranks: list[list[int]], chain: bool = False, max_dep
     """The draft-model tree with the best `predict_tree` speedup among the non-increasing branchings (chains only
     with chain=True). Ties go to the tree found first: the narrower, shallower one."""
     best = None
-    for branching in _branchings(max_depth, 1 if chain else max_branch, max_nodes):
+    for branching in branchings(max_nodes, max_depth, 1 if chain else max_branch, non_increasing=True):
         pick = predict_tree(costs, ranks, branching)
         if best is None or pick.speedup > best.speedup + 1e-12:
             best = pick
@@ -366,7 +335,42 @@ def best_eagle(costs: Costs, acceptance: dict[int, list[list[float]]]) -> Pick:
     return best
 
 
-# ---- what the drafters' "auto" settings call: measured once per (models, device, threads) -------------------
+# ---- Medusa's tree: from the heads' measured top-k accuracies, no clock -------------------------------------
+
+
+def medusa_choices(topk: dict[int, Sequence[float]], nodes: int = 24) -> tuple[list[tuple[int, ...]], float]:
+    """The tree of `nodes` choices with the most expected accepted tokens, from measured top-k accuracies.
+
+    topk: {k: [top-k accuracy of head 0, head 1, ...]} for k = 1, 2, ..., kmax (`medusa.head_accuracy` with
+    ks=range(1, kmax + 1)). Head h's rank-r token is right with probability p[h][r] = top-(r+1) - top-r; taking
+    the heads as independent (Cai et al. 2024 do the same), the path (r0, r1, ...) is accepted whole with
+    probability p[0][r0] * p[1][r1] * ..., and the tree's expected accepted tokens are the sum of its paths'.
+    A path is never likelier than its prefix, so the `nodes` likeliest paths form a tree: that one is the best.
+    Returns (choices sorted by (len, path), expected accepted tokens per step, the bonus token not counted).
+    """
+    ks = sorted(topk)
+    if ks != list(range(1, len(ks) + 1)):
+        raise ValueError(f"topk must hold k = 1, 2, ..., kmax; got {ks}")
+    heads = len(topk[1])
+    p = [[topk[k][h] - (topk[k - 1][h] if k > 1 else 0.0) for k in ks] for h in range(heads)]  # [K][kmax]
+    paths, frontier = {}, [((), 1.0)]
+    for depth in range(heads):  # every path up to the heads' depth, pruned to the likeliest `nodes` per level
+        frontier = sorted(((c + (r,), q * p[depth][r]) for c, q in frontier for r in range(len(ks))),
+                          key=lambda cq: -cq[1])[:nodes]
+        paths.update(frontier)
+    best = sorted(paths.items(), key=lambda cq: (-cq[1], len(cq[0]), cq[0]))[:nodes]
+    return sorted((c for c, _ in best), key=lambda c: (len(c), c)), sum(q for _, q in best)
+
+
+def medusa_card(topk: dict[int, Sequence[float]]) -> dict:
+    """The entries of a heads' config.json that MedusaDrafter takes its tree from: the top-k accuracies
+    (`medusa.head_accuracy` with ks=medusa.TOPK), the tuned choices and their expected accepted tokens per step."""
+    choices, expected = medusa_choices(topk)
+    return {"val_topk_vs_target": {k: [round(a, 4) for a in v] for k, v in topk.items()}, "choices": choices,
+            "expected_accepted": round(expected, 3)}
+
+
+# ---- tuned drafters: measured once per (models, device, threads), then remembered ---------------------------
 
 _PICKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {key: Pick, costs, texts or ranks}
 
@@ -397,22 +401,26 @@ def _memo(target, key, make):
     return picks[key]
 
 
-def auto_tree(target, draft, chain: bool = False, tokenizer=None) -> Pick:
-    """The chain (chain=True) or static tree for this pair on this device: `measure`, `draft_ranks` on the
-    calibration texts, `best_tree`. Remembered per (target, draft, device, threads)."""
+def auto_draft_model(target, draft, chain: bool = False, tokenizer=None) -> tuple[DraftModelDrafter, Pick]:
+    """(a DraftModelDrafter, its Pick): the chain (chain=True) or static tree for this pair on this device, from
+    `measure`, `measure.draft_ranks` on the calibration texts and `best_tree`. The pick is remembered per (target, draft,
+    device, threads): a second call measures nothing."""
     def make():  # the chain and the tree share one measurement and one set of ranks
         costs = _memo(target, ("costs", id(draft)), lambda: measure(target, draft=draft))
         ranks = _memo(target, ("ranks", id(draft)), lambda: draft_ranks(draft, _texts(target, tokenizer)))
         return best_tree(costs, ranks, chain=chain)
-    return _memo(target, ("chain" if chain else "tree", id(draft)), make)
+    pick = _memo(target, ("chain" if chain else "tree", id(draft)), make)
+    return DraftModelDrafter(draft, branching=pick.settings["branching"]), pick
 
 
-def auto_eagle(target, net, tokenizer=None) -> Pick:
-    """EAGLE-2's depth and budget for this target and net on this device: `measure`, `eagle_acceptance` on the
-    calibration texts, `best_eagle`. Remembered per (target, net, device, threads)."""
+def auto_eagle(target, net, tokenizer=None) -> tuple[EagleDrafter, Pick]:
+    """(an EAGLE-2 EagleDrafter, its Pick): the top-k, depth and budget for this target and net on this device,
+    from `measure`, `eagle_acceptance` on the calibration texts and `best_eagle`. Remembered per (target, net,
+    device, threads)."""
     def make():
         return best_eagle(measure(target, eagle=net), eagle_acceptance(target, net, _texts(target, tokenizer)))
-    return _memo(target, ("eagle", id(net)), make)
+    pick = _memo(target, ("eagle", id(net)), make)
+    return EagleDrafter(net, dynamic=True, **pick.settings), pick
 
 
 def _texts(target, tokenizer):

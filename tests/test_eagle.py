@@ -8,8 +8,9 @@ from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tin
 
 from specdec_lab import EagleDrafter, generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
-from specdec_lab.eagle import (EAGLE_DIR, DraftLayer, EagleNet, KVCache, cache_states, eagle_accuracy, eagle_loss,
-                               expand_step, select_nodes, train_eagle_net, ttt_mask, unroll)
+from specdec_lab.eagle import (EAGLE_DIR, DraftLayer, EagleNet, KVCache, eagle_accuracy, eagle_loss, expand_step,
+                               select_nodes, train_eagle_net, ttt_mask, unroll)
+from specdec_lab.training import cache_states
 from specdec_lab.tree import tree_depths
 
 ZOO = all((EAGLE_DIR / f"eagle{v}" / "eagle.safetensors").exists() for v in (1, 3))

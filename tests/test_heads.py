@@ -204,10 +204,10 @@ def test_a_target_that_cannot_load_gets_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_tuned_tree_is_the_best_tree_of_its_size():
-    """tune_choices against every tree of 4 nodes (prefix-closed sets of paths) over 2 heads and 3 ranks."""
+    """tune.medusa_choices against every tree of 4 nodes (prefix-closed sets of paths) over 2 heads and 3 ranks."""
     from itertools import combinations
 
-    from specdec_lab.medusa import tune_choices
+    from specdec_lab.tune import medusa_choices
 
     topk = {1: [0.6, 0.3], 2: [0.75, 0.45], 3: [0.8, 0.5]}
     p = [[0.6, 0.15, 0.05], [0.3, 0.15, 0.05]]  # rank probabilities: differences of the top-k accuracies
@@ -217,7 +217,7 @@ def test_tuned_tree_is_the_best_tree_of_its_size():
         return sum(p[0][c[0]] * (p[1][c[1]] if len(c) > 1 else 1.0) for c in tree)
     trees = [t for t in combinations(paths, 4) if all(len(c) == 1 or c[:1] in t for c in t)]
     best = max(value(t) for t in trees)
-    choices, expected = tune_choices(topk, nodes=4)
+    choices, expected = medusa_choices(topk, nodes=4)
     assert len(choices) == 4 and all(len(c) == 1 or c[:1] in choices for c in choices)
     assert expected == pytest.approx(value(choices)) == pytest.approx(best)
     assert choices == [(0,), (1,), (0, 0), (0, 1)]

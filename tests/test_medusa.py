@@ -79,8 +79,8 @@ def test_medusa_greedy_equals_target_greedy(target, seed):
     choices = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]
     ids = prompt_ids(seed)
     want = measure.hf_generate(target, ids, 30).tolist()
-    for drafter in (MedusaDrafter(heads, choices), MedusaDrafter(heads, choices, typical=(0.09, 0.3))):
-        gen = generate(target, ids, drafter, max_new_tokens=30)
+    for typical in (None, (0.09, 0.3)):
+        gen = generate(target, ids, MedusaDrafter(heads, choices), max_new_tokens=30, typical=typical)
         assert gen.tokens == want, "Medusa (exact, and typical at temperature 0) must equal greedy decoding"
         assert gen.draft_nodes[0] == 0 and gen.draft_nodes[1] == len(choices), "prefill first, then the tree"
 

@@ -115,7 +115,8 @@ def test_a_model_or_a_class_as_drafter(llama):
     (lambda m: MedusaDrafter(MedusaHeads.for_target(m), choices=[(0,), (-1,)]), r"choices must be .*ints >= 0"),
     (lambda m: MedusaDrafter(MedusaHeads.for_target(m, 2), choices=[(0,), (0, 0), (0, 0, 0)]),
      "3 deep but there are only 2 heads"),
-    (lambda m: MedusaDrafter(MedusaHeads.for_target(m), typical=0.09), r"typical must be None .* \(threshold, alpha\)"),
+    (lambda m: MedusaDrafter(MedusaHeads.for_target(m), typical=(0.09, 0.3)),
+     r"typical=\(0\.09, 0\.3\) is a rule of the verifier, not of the drafter: pass it to generate\("),
     (lambda m: MedusaDrafter(m), r"heads must be a MedusaHeads, got a LlamaForCausalLM: MedusaDrafter\.from_zoo"),
     (lambda m: MedusaDrafter.from_zoo((m, m, None)), r"target must be a causal LM .*load_pair"),
     (lambda m: EagleDrafter(m), r"net must be an EagleNet, got a LlamaForCausalLM: EagleDrafter\.from_zoo"),
@@ -147,6 +148,7 @@ def test_bad_drafter_settings(llama, make, words):
     (dict(max_new_tokens=2.5), r"max_new_tokens .*must be an int >= 0, got 2\.5"),
     (dict(max_new_tokens=CONTEXT), f"exceed the target's context of {CONTEXT}: ask for at most {CONTEXT - 8} new"),
     (dict(generator=0), "generator must be a torch.Generator"),
+    (dict(typical=0.09), r"typical must be None .* \(threshold, alpha\)"),
 ])
 def test_bad_sampling_settings(llama, kwargs, words):
     with pytest.raises(ValueError, match=words):

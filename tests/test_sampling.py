@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from specdec_lab import sampling
+from specdec_lab import checks, sampling
 from specdec_lab.grading import chi_square, counts_of
 
 N = 50_000
@@ -277,8 +277,8 @@ def test_bad_input_gets_a_clear_error(call, message):
 
 def test_sum_tolerance_is_the_stated_one():
     p = P.clone()
-    p[0, 0] += 0.5 * sampling.SUM_TOL  # inside the tolerance: accepted
+    p[0, 0] += 0.5 * checks.SUM_TOL  # inside the tolerance: accepted
     sampling.verify_chain(p, Q, [0, 0, 2], gen())
-    p[0, 0] += sampling.SUM_TOL  # outside
+    p[0, 0] += checks.SUM_TOL  # outside
     with pytest.raises(ValueError, match="tolerance"):
         sampling.verify_chain(p, Q, [0, 0, 2], gen())

@@ -1,8 +1,10 @@
-"""The tuner (chapter 08, section 3): what it measures, what it picks, and the drafters' "auto" settings."""
+"""The tuner (chapter 08, section 3): what it measures, what it picks, and the drafters it tunes."""
+import itertools
+
 import pytest
 import torch
 
-from specdec_lab import DraftModelDrafter, EagleDrafter, economics, generate, tune, zoo
+from specdec_lab import DraftModelDrafter, EagleDrafter, economics, generate, measure, tree, tune, zoo
 from specdec_lab.checks import ArgumentError
 from specdec_lab.eagle import EagleNet
 
@@ -39,13 +41,24 @@ def test_costs_from_the_roofline_are_its_verify_costs():
 
 
 def test_branchings_are_the_non_increasing_trees_within_the_limits():
-    trees = tune._branchings(max_depth=4, max_branch=3, max_nodes=20)
+    trees = tree.branchings(20, max_depth=4, max_branch=3, non_increasing=True)
     assert len(trees) == len({tuple(b) for b in trees})
     for b in trees:
         assert 1 <= len(b) <= 4 and b == sorted(b, reverse=True) and economics.tree_nodes(b) <= 20
     assert [1, 1, 1, 1] in trees and [3, 2, 1] in trees and [3, 3] in trees  # 3 + 9 = 12 nodes
     assert [3, 3, 1] not in trees and [3, 2, 1, 1] not in trees  # 21 nodes each
-    assert tune._branchings(3, 1, 64) == [[1], [1, 1], [1, 1, 1]]
+    assert tree.branchings(64, 3, 1, non_increasing=True) == [[1], [1, 1], [1, 1, 1]]
+
+
+def test_branchings_of_exactly_n_nodes_are_every_full_tree_of_that_size():
+    """Chapter 06's 24-node trees: every entry 1 to 4, depth up to 8, exactly 24 nodes, increasing levels too."""
+    trees = tree.branchings(24, exact=True)
+    assert all(economics.tree_nodes(b) == 24 and len(b) <= 8 and max(b) <= 4 for b in trees)
+    assert [4, 1, 1, 1, 1, 1] in trees and [1, 1, 1, 1, 4, 4] in trees  # increasing levels too
+    assert [2, 2, 2, 2] not in trees and [1, 1, 2, 4] not in trees  # 30 and 12 nodes
+    brute = [list(b) for n in range(1, 9) for b in itertools.product(range(1, 5), repeat=n)
+             if economics.tree_nodes(list(b)) == 24]
+    assert sorted(trees) == sorted(brute)
 
 
 def test_tree_acceptance_counts_leading_levels_that_hold_the_target_token():
@@ -54,7 +67,7 @@ def test_tree_acceptance_counts_leading_levels_that_hold_the_target_token():
     assert tune.tree_acceptance(ranks, [1, 1], span=2) == pytest.approx(8 / 7)
     assert tune.tree_acceptance(ranks, [2, 2], span=2) == pytest.approx((2 + 2 + 1 + 0 + 2 + 2 + 1) / 7)
     assert tune.tree_acceptance(ranks, [4, 1], span=2) == pytest.approx((2 + 1 + 1 + 2 + 2 + 2 + 1) / 7)
-    assert tune.hit_rates(ranks) == [5 / 8, 6 / 8, 7 / 8, 1.0]
+    assert measure.hit_rates(ranks) == [5 / 8, 6 / 8, 7 / 8, 1.0]
 
 
 def test_trees_win_where_nodes_are_free_and_lose_where_they_cost():
@@ -62,7 +75,7 @@ def test_trees_win_where_nodes_are_free_and_lose_where_they_cost():
     ranks = [torch.multinomial(torch.tensor([0.6, 0.2, 0.1, 0.05, 0.05]), 200, True, generator=gen).tolist()]
     free = tune.best_tree(flat(0.0, 0.0), ranks)
     assert sum(free.settings["branching"]) > len(free.settings["branching"])  # a real tree
-    assert free.tau == max(1 + tune.tree_acceptance(ranks, b) for b in tune._branchings(8, 4, 64))
+    assert free.tau == max(1 + tune.tree_acceptance(ranks, b) for b in tree.branchings(64, 8, 4, non_increasing=True))
     costly = tune.best_tree(flat(0.3, 0.1), ranks)
     assert set(costly.settings["branching"]) == {1}  # every extra node costs 0.3 of a step: a chain
     chain = tune.best_tree(flat(0.02, 0.2), ranks, chain=True)
@@ -79,7 +92,7 @@ def test_tree_acceptance_matches_a_real_pass(pair, branching):
         gen = generate(target, ids, DraftModelDrafter(draft, branching=branching), max_new_tokens=12)
         want = generate(target, ids, None, max_new_tokens=len(branching)).tokens
         full, T = torch.cat([ids, torch.tensor([want])], 1), ids.shape[1]  # one position: the draft's first pass
-        ranks = tune.draft_ranks(draft, [(full, T)])  # (the prompt's pass drafts already, unlike EAGLE's)
+        ranks = measure.draft_ranks(draft, [(full, T)])  # (the prompt's pass drafts already, unlike EAGLE's)
         assert tune.tree_acceptance(ranks, branching, span=len(branching)) == gen.accept_lengths[0], text
 
 
@@ -109,14 +122,12 @@ def test_measure_times_every_size_and_restores_the_threads(pair, net):
     assert tune.measure(target, rounds=1).draft == {}
 
 
-def test_hit_rates_are_cumulative_and_agree_with_measure(pair):
-    from specdec_lab import measure
-
+def test_hit_rates_are_cumulative_and_pool_the_texts(pair):
     target, draft, tok = pair
     texts = tune.calibration_texts(target, tok, new_tokens=12, texts=tune.CALIBRATION[:2])
-    ranks = tune.draft_ranks(draft, texts, k=3)
+    ranks = measure.draft_ranks(draft, texts, k=3)
     assert [len(r) for r in ranks] == [12, 12] and all(0 <= x <= 3 for r in ranks for x in r)
-    hit = tune.hit_rates(ranks, k=3)
+    hit = measure.hit_rates(ranks, k=3)
     assert hit == sorted(hit) and 0 < hit[0] <= hit[-1] <= 1
     direct = [measure.topk_hit_rates(target, draft, full[:, :T], 12, 3) for full, T in texts]
     assert hit == pytest.approx([(a + b) / 2 for a, b in zip(*direct)])  # 12 tokens each: the plain mean
@@ -136,29 +147,30 @@ def test_eagle_acceptance_matches_a_real_pass(pair, net, topk, depth, budget):
         assert acc[topk][depth][budget] == gen.accept_lengths[1], text
 
 
-def test_auto_drafters_tune_once_and_stay_exact(pair, net):
+def test_tuned_drafters_tune_once_and_stay_exact(pair, net):
     target, draft, tok = pair
     ids = tok(tune.CALIBRATION[0], return_tensors="pt").input_ids
     plain = generate(target, ids, None, max_new_tokens=24).tokens
-    chain, tree, eagle2 = DraftModelDrafter(draft, "auto"), DraftModelDrafter(draft, branching="auto"), \
-        EagleDrafter(net, dynamic="auto")
-    for drafter in (chain, tree, eagle2):
-        assert drafter.tuned is None
+    (chain, chain_pick), (tree, tree_pick), (eagle2, eagle_pick) = (
+        tune.auto_draft_model(target, draft, chain=True), tune.auto_draft_model(target, draft),
+        tune.auto_eagle(target, net))
+    for drafter, pick in ((chain, chain_pick), (tree, tree_pick), (eagle2, eagle_pick)):
         assert generate(target, ids, drafter, max_new_tokens=24).tokens == plain
-        assert drafter.tuned is not None and drafter.tuned.speedup > 0
-    assert set(chain.tuned.settings["branching"]) == {1} and chain.gamma == len(chain.branching)
-    assert (eagle2.depth, eagle2.budget, eagle2.topk) == tuple(eagle2.tuned.settings[k] for k in ("depth", "budget", "topk"))
-    again = DraftModelDrafter(draft, "auto")
-    again.start(target, ids)
-    assert again.tuned is chain.tuned  # remembered per (models, device, threads): measured once
+        assert pick.speedup > 0
+    assert set(chain.branching) == {1} and chain.branching == chain_pick.settings["branching"]
+    assert tree.branching == tree_pick.settings["branching"]
+    assert eagle2.dynamic and (eagle2.depth, eagle2.budget, eagle2.topk) == tuple(
+        eagle_pick.settings[k] for k in ("depth", "budget", "topk"))
+    again, pick = tune.auto_draft_model(target, draft, chain=True)
+    assert pick is chain_pick and again is not chain  # the pick is remembered per (models, device, threads)
 
 
-def test_auto_settings_are_checked():
-    _, draft, _ = zoo.load_pair("tiny")
-    with pytest.raises(ArgumentError, match="gamma='auto'"):
-        DraftModelDrafter(draft, "fast")
-    with pytest.raises(ArgumentError, match="not both"):
-        DraftModelDrafter(draft, "auto", branching="auto")
-    net = EagleNet.from_zoo(zoo.load_pair("tiny")[0], 1)
-    with pytest.raises(ArgumentError, match="'auto'"):
-        EagleDrafter(net, dynamic="yes")
+def test_auto_settings_name_the_tuner():
+    target, draft, _ = zoo.load_pair("tiny")
+    for kwargs in ({"gamma": "auto"}, {"branching": "auto"}, {"gamma": "fast"}):
+        with pytest.raises(ArgumentError, match=r"tune\.auto_draft_model\(target, draft"):
+            DraftModelDrafter(draft, **kwargs)
+    net = EagleNet.from_zoo(target, 1)
+    for dynamic in ("auto", "yes"):
+        with pytest.raises(ArgumentError, match=r"tune\.auto_eagle\(target, net\)"):
+            EagleDrafter(net, dynamic=dynamic)

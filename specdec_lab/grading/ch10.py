@@ -119,7 +119,7 @@ class _Recorder(Drafter):
 
     def __init__(self, inner):
         self.inner, self.trees = inner, []
-        self.needs_hidden, self.typical = inner.needs_hidden, inner.typical
+        self.needs_hidden = inner.needs_hidden
 
     def start(self, target, ids):
         self.inner.start(target, ids)
