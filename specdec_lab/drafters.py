@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from specdec_lab import checks, lm
+from specdec_lab.masks import require_custom_masks
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
@@ -112,8 +113,8 @@ class DraftModelDrafter(Drafter):
             raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the draft's context of {self.context}: "
                              f"shorten it to {self.context} tokens or fewer")
         if any(b > 1 for b in self.branching):  # a tree: both models read it through a custom mask
-            lm.require_custom_masks(target, "tree drafts")
-            lm.require_custom_masks(self.model, "tree drafts")
+            require_custom_masks(target, "tree drafts")
+            require_custom_masks(self.model, "tree drafts")
         self.cache = lm.new_cache(self.model)
 
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from specdec_lab import checks, lm, training, vocab
 from specdec_lab.drafters import Drafter
+from specdec_lab.masks import require_custom_masks
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
@@ -421,7 +422,7 @@ class EagleDrafter(Drafter):
         if H != self.net.hidden:
             raise ValueError(f"this EAGLE draft was built for hidden size {self.net.hidden}, the target has {H}: "
                              "train one for this target")
-        lm.require_custom_masks(target, "EAGLE's drafts")  # the target reads every draft through a tree mask
+        require_custom_masks(target, "EAGLE's drafts")  # the target reads every draft through a tree mask
         self.cache, self.n_true, self.root = KVCache(), 0, None
 
     @torch.no_grad()

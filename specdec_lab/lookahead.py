@@ -36,6 +36,7 @@ from torch import Tensor
 
 from specdec_lab import checks, lm
 from specdec_lab.decoding import Generation, _prompt, cut
+from specdec_lab.masks import require_custom_masks
 from specdec_lab.ngram import NgramPool
 from specdec_lab.tree import tree_depths, tree_mask
 
@@ -141,7 +142,7 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
     seed = checks.integer(seed, "seed", "seeds the first window", 0)
     ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
     eos = checks.eos_ids(eos_token_id)
-    lm.require_custom_masks(target, "lookahead decoding")
+    require_custom_masks(target, "lookahead decoding")
     context = lm.context_length(target) or float("inf")
     committed = ids[0].tolist()
     T0 = len(committed)

@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import checks, lm, training, vocab
+from specdec_lab import checks, training, vocab
 from specdec_lab.drafters import Drafter
+from specdec_lab.masks import require_custom_masks
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
 
@@ -282,7 +283,7 @@ class MedusaDrafter(Drafter):
     def start(self, target, ids: Tensor) -> None:
         if target.config.hidden_size != self.heads.heads[0].linear.in_features:
             raise ValueError("these Medusa heads were trained for another target (hidden sizes differ)")
-        lm.require_custom_masks(target, "Medusa's tree")
+        require_custom_masks(target, "Medusa's tree")
         self.h = None
 
     @torch.no_grad()

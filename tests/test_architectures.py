@@ -15,7 +15,7 @@ be (float32 on CPU, each family's default attention: SDPA, eager for Gemma-2).
   decoding (`generate(target, ids, None)`), which itself must equal Hugging Face's `generate`.
 * Tree logits: `tree.tree_logits` over a tree after a prefix longer than the window must equal, row by row, the
   last-position logits of an ordinary forward over prefix + that node's path, within TREE_ATOL.
-A family the tree path could not support would have to be refused with an error naming it (lm.require_custom_masks);
+A family the tree path could not support would have to be refused with an error naming it (masks.require_custom_masks);
 all six are supported: see lm.new_cache and lm.forward for what sliding windows need (without them Mistral, Phi-3
 and Gemma-2 failed: transformers' own errors from sliding cache layers, or a window silently missing from the
 tree mask). The last test checks that refusal guards the window: masks that lose it are refused, never used.
@@ -25,7 +25,7 @@ import torch
 from transformers import (Gemma2Config, GPT2Config, LlamaConfig, MistralConfig, Phi3Config, PreTrainedTokenizerFast,
                           Qwen2Config)
 
-from specdec_lab import DraftModelDrafter, PromptLookupDrafter, generate, lm, measure, tree, zoo
+from specdec_lab import DraftModelDrafter, PromptLookupDrafter, generate, masks, measure, tree, zoo
 from specdec_lab.lookahead import lookahead_generate
 
 VOCAB, WINDOW, NEW = 96, 16, 40
@@ -224,10 +224,10 @@ def test_a_window_the_custom_masks_miss_is_refused(monkeypatch):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(config_class(**kwargs)).eval()
-    assert lm.custom_mask_problem(model) is None
-    build = lm.attention_mask_4d
-    monkeypatch.setattr(lm, "attention_mask_4d", lambda *args, window=None, **kw: build(*args, **kw))
-    monkeypatch.setattr(lm, "_MASK_PROBES", {})  # probe again, with the window gone from our masks
+    assert masks.custom_mask_problem(model) is None
+    build = masks.attention_mask_4d
+    monkeypatch.setattr(masks, "attention_mask_4d", lambda *args, window=None, **kw: build(*args, **kw))
+    monkeypatch.setattr(masks, "_MASK_PROBES", {})  # probe again, with the window gone from our masks
     with pytest.raises(NotImplementedError, match="MistralForCausalLM cannot run tree drafts.*sliding-window layers"):
         DraftModelDrafter(model, branching=[2, 2, 1]).start(model, torch.zeros(1, 4, dtype=torch.long))
     with pytest.raises(NotImplementedError, match="MistralForCausalLM cannot run lookahead decoding.*sliding-window"):

@@ -2,7 +2,7 @@
 import circle exists, function-level imports included (read from the source, so an import inside a function that a
 test never calls still counts).
 
-    core     the math and the model adapter: argument checks, precision, lm, sampling, economics, tree, vocab
+    core     the math and the model adapter: argument checks, precision, masks, lm, sampling, economics, tree, vocab
     methods  what proposes: the drafters, with concrete settings only (a tuner builds tuned ones from above), and
              the loop that trains them on a frozen target's states
     loops    what decodes: generate, lookahead, the batched loop
@@ -20,7 +20,7 @@ import specdec_lab
 
 PACKAGE = Path(specdec_lab.__file__).parent
 LAYERS = {
-    "core": {"checks", "precision", "lm", "sampling", "economics", "tree", "vocab"},
+    "core": {"checks", "precision", "masks", "lm", "sampling", "economics", "tree", "vocab"},
     "methods": {"draft_models", "training", "drafters", "ngram", "medusa", "eagle"},
     "loops": {"decoding", "lookahead", "serving"},
     "tools": {"zoo", "prompts", "chat", "measure", "identity", "tune", "heads", "train_zoo", "engines", "bench",

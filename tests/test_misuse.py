@@ -19,7 +19,7 @@ from transformers import (BatchEncoding, BloomConfig, BloomForCausalLM, GPT2Conf
                           LlamaForCausalLM)
 
 from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, generate, lm,
-                         lookahead_generate)
+                         lookahead_generate, masks)
 from specdec_lab.decoding import Warp, generate_naive
 from specdec_lab.eagle import EagleNet
 from specdec_lab.medusa import MedusaHeads
@@ -250,4 +250,4 @@ def test_alibi_models_refuse_trees_and_lookahead_but_run_chains():
         generate(bloom, ids, DraftModelDrafter(bloom, branching=[2, 2]), max_new_tokens=16)
     with pytest.raises(NotImplementedError, match=words.format("lookahead decoding")):
         lookahead_generate(bloom, ids, 16)
-    assert lm.custom_mask_problem(_llama()) is None and lm.custom_mask_problem(_gpt2()) is None
+    assert masks.custom_mask_problem(_llama()) is None and masks.custom_mask_problem(_gpt2()) is None
