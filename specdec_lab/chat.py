@@ -131,6 +131,25 @@ PASSAGES = ["The town council met on Tuesday to discuss the new bus routes. Afte
             "The school play was a great success. The students had rehearsed for weeks, and the audience gave them a "
             "standing ovation at the end."]
 
+# (category, items, request forms): each item in each form, in this order (a pair fills both braces)
+REQUESTS = [
+    ("chat", SUBJECTS, ["Explain {} in simple words.", "Tell me three interesting facts about {}."]),
+    ("chat", ACTIVITIES, ["How do I {}?", "What are common mistakes people make when they {}?"]),
+    ("chat", PAIRS, ["What is the difference between {} and {}?"]),
+    ("chat", CHARACTERS, ["Write a short story about {}."]),
+    ("chat", BUSINESSES, ["Suggest three names for {}.", "Write a short advertisement for {}."]),
+    ("chat", THINGS[4:], ["Write a haiku about {}."]),
+    ("code", TASKS, ["Write a Python function that {}.", "Write a Python function that {}, with a docstring and an "
+                     "example."]),
+    ("code", CONCEPTS, ["In Python, what is the difference between {} and {}?"]),
+    ("code", CLASSES, ["Write a Python class for {} ({})."]),
+    ("rewrite", SENTENCES, [f"{task} {{}}" for task in ("Fix the grammar:", "Make this more formal:",
+                                                         "Rewrite this to be shorter:", "Rewrite in the passive voice:",
+                                                         "Rewrite in simpler words:")]),
+    ("rewrite", PASSAGES, [f"{task} {{}}" for task in ("Summarize in one sentence:", "Summarize:",
+                                                        "Rewrite for a child:", "Give the main point of this:")]),
+]
+
 
 def held_out(category: str | None = None) -> list[dict]:
     """The hand-written prompts [{"id", "category", "prompt"}] (never trained on), or those of one category."""
@@ -198,36 +217,10 @@ def training_prompts(limit: int | None = None) -> list[dict]:
     for i, (name, para) in enumerate(_paragraphs()[:300]):
         task = ("Summarize in one sentence:", "Rewrite this in simpler words:", "Summarize the main point:")[i % 3]
         add("rewrite", f"{task} {para}")
-    for subject in SUBJECTS:  # the everyday requests, added after the rest so that earlier ids keep their answers
-        add("chat", f"Explain {subject} in simple words.")
-        add("chat", f"Tell me three interesting facts about {subject}.")
-    for activity in ACTIVITIES:
-        add("chat", f"How do I {activity}?")
-        add("chat", f"What are common mistakes people make when they {activity}?")
-    for a, b in PAIRS:
-        add("chat", f"What is the difference between {a} and {b}?")
-    for who in CHARACTERS:
-        add("chat", f"Write a short story about {who}.")
-    for place in BUSINESSES:
-        add("chat", f"Suggest three names for {place}.")
-        add("chat", f"Write a short advertisement for {place}.")
-    for thing in THINGS[4:]:
-        add("chat", f"Write a haiku about {thing}.")
-    for task in TASKS:
-        add("code", f"Write a Python function that {task}.")
-        add("code", f"Write a Python function that {task}, with a docstring and an example.")
-    for a, b in CONCEPTS:
-        add("code", f"In Python, what is the difference between {a} and {b}?")
-    for thing, does in CLASSES:
-        add("code", f"Write a Python class for {thing} ({does}).")
-    for sentence in SENTENCES:
-        for task in ("Fix the grammar:", "Make this more formal:", "Rewrite this to be shorter:",
-                     "Rewrite in the passive voice:", "Rewrite in simpler words:"):
-            add("rewrite", f"{task} {sentence}")
-    for passage in PASSAGES:
-        for task in ("Summarize in one sentence:", "Summarize:", "Rewrite for a child:",
-                     "Give the main point of this:"):
-            add("rewrite", f"{task} {passage}")
+    for category, items, forms in REQUESTS:  # added after the rest, so that earlier ids keep their answers
+        for item in items:
+            for form in forms:
+                add(category, form.format(*item) if isinstance(item, tuple) else form.format(item))
     return sorted(prompts, key=lambda p: hashlib.sha1(p["id"].encode()).digest())[:limit]
 
 

@@ -178,7 +178,7 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
 @torch.inference_mode()
 def generate_naive(target, draft, input_ids, gamma: int = 3, max_new_tokens: int = 64, temperature: float = 0.0,
                    top_k: int | None = None, top_p: float | None = None, eos_token_id=None,
-                   generator: torch.Generator | None = None, typical: tuple[float, float] | None = None) -> Generation:
+                   generator: torch.Generator | None = None) -> Generation:
     """The textbook loop without caches: both models re-read the whole text at every step.
 
     Same draws in the same order as `generate(..., DraftModelDrafter(draft, gamma))`, so with equal seeds
