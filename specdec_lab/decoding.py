@@ -9,7 +9,8 @@ One step of `generate`, for any drafter (drafters.Drafter):
   1. propose: the drafter returns a `DraftTree` (a chain, or from chapter 04 a tree);
   2. score: ONE cached target forward over the pending token(s) and the whole tree (`score`);
   3. verify: `tree.verify_tree` keeps the accepted path plus one corrected or bonus token;
-  4. commit: `cut` at the length budget and at EOS, `lm.keep` the committed K/V, tell the drafter.
+  4. commit: `cut` at the length budget and at EOS (3 and 4: `verify_and_cut`), `lm.keep` the committed K/V
+     (`committed_rows`), tell the drafter.
 With no drafter the same loop proposes nothing and is plain autoregressive decoding: the baseline every
 speedup is measured against.
 
@@ -28,11 +29,13 @@ import torch
 from torch import Tensor
 
 from specdec_lab import checks, lm
+from specdec_lab.drafters import Drafter
 from specdec_lab.lm import context_length
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, tree_forward, verify_tree
 
-__all__ = ["Warp", "Generation", "generate", "generate_naive", "score", "cut", "context_length"]
+__all__ = ["Warp", "Generation", "generate", "generate_naive", "score", "cut", "verify_and_cut", "committed_rows",
+           "context_length"]
 
 
 @dataclass
@@ -85,19 +88,11 @@ class Generation:
         self.draft_nodes.append(nodes)
 
 
-class _NoDraft:
-    """drafter=None: propose nothing, so the loop is plain autoregressive decoding (drafters.Drafter's protocol)."""
-
-    needs_hidden = False
-
-    def start(self, target, ids: Tensor) -> None:
-        pass
+class NoDraft(Drafter):
+    """drafter=None: propose nothing, so the loop is plain autoregressive decoding (for a batch too)."""
 
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
         return DraftTree.chain([])
-
-    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
-        pass
 
 
 def score(target, new_ids: Tensor, tree: DraftTree, cache, hidden: bool = False):
@@ -122,6 +117,22 @@ def cut(emitted: list[int], budget: int, eos: set[int] | frozenset[int]) -> tupl
     return (emitted, False) if hit is None else (emitted[:hit + 1], True)
 
 
+def verify_and_cut(logits: Tensor, tree: DraftTree, warp: Warp, budget: int, eos, typical=None
+                   ) -> tuple[list[int], list[int], bool]:
+    """Steps 3 and 4 of both loops (generate, and each row of serving.generate_batch): (the accepted nodes, the
+    tokens to commit, whether EOS ended the text) from the target's logits [n + 1, V] at the pending token and
+    the tree's nodes (`verify_tree`, then `cut` at the length budget and EOS)."""
+    path, emitted = verify_tree(logits, tree, warp, typical)
+    return (path, *cut(emitted, budget, eos))
+
+
+def committed_rows(uncached: int, path: list[int], k: int) -> list[int]:
+    """Which of a pass's input rows hold committed tokens, when `k` tokens were committed: the `uncached`
+    committed ones it read first, then the nodes on the accepted path (node j is row uncached + j). Both loops
+    hand a drafter that reads the target's states (EAGLE, Medusa) the states of these rows."""
+    return list(range(uncached)) + [uncached + j for j in path[:k]]
+
+
 def _prompt(target, input_ids, max_new_tokens) -> tuple[Tensor, int]:
     """(input_ids as a [1, T] long tensor, max_new_tokens), or an error that says what to change."""
     checks.model(target, "target", "load one with AutoModelForCausalLM.from_pretrained(name), or "
@@ -143,7 +154,7 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
     typical: (threshold, alpha) verifies by Medusa's typical acceptance instead, a LOSSY rule (chapter 05).
     """
     start = time.perf_counter()
-    drafter = checks.drafter(drafter) or _NoDraft()
+    drafter = checks.drafter(drafter) or NoDraft()
     warp, eos, typical = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id), checks.typical(typical)
     ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
     T0 = T = ids.shape[1]
@@ -158,12 +169,11 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
         past = lm.cache_len(cache)
         assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
         logits, states = score(target, buf[:, past:T], tree, cache, drafter.needs_hidden)  # 2. [n+1, V]
-        path, emitted = verify_tree(logits, tree, warp, typical)  # 3. accepted nodes, their tokens + 1
-        emitted, done = cut(emitted, budget, eos)  # 4. commit
+        path, emitted, done = verify_and_cut(logits, tree, warp, budget, eos, typical)  # 3. verify, 4. commit
         k = len(emitted)
         lm.keep(cache, T, path[:k - 1])  # the committed text's K/V but the new pending token's
         if states is not None:  # the target's states at the committed tokens it read: the uncached ones, the nodes
-            rows = torch.tensor(list(range(T - past)) + [T - past + j for j in path[:k]], device=buf.device)
+            rows = torch.tensor(committed_rows(T - past, path, k), device=buf.device)
             states = tuple(h[0].index_select(0, rows) for h in states)  # layers x [m, H]
         buf[0, T:T + k] = torch.as_tensor(emitted)
         T += k

@@ -15,6 +15,14 @@ How the target verifies is the loop's business, not the drafter's: Medusa's loss
 A stateless drafter (prompt lookup, say) only writes `propose`. A drafter that samples its tokens sets
 `tree.q` to the warped distributions it sampled from (`warp.probs`, `warp.sample`); a deterministic one
 leaves it None. Drafts made from the target itself (early exit, int4) are in `draft_models`.
+
+`serving.generate_batch` (chapter 09) asks the same drafter for chains over B rows at once, through three more
+members that mirror the first three (a stateless drafter gets them from `Drafter`; a drafter with state per
+sequence writes its own, as the draft model's chain here and EAGLE's chain do):
+
+    drafter.start_batch(target, texts)                     once: B prompts, token-id lists
+    drafts = drafter.propose_batch(texts, gammas, warp)    every step: per row (tokens, q [g, V] or None)
+    drafter.commit_batch(texts, alive, hidden)             after verification: the rows that stay, their new states
 """
 
 from __future__ import annotations
@@ -24,10 +32,11 @@ from torch import Tensor
 
 from specdec_lab import checks, lm
 from specdec_lab.masks import require_custom_masks
+from specdec_lab.ragged import Ragged
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
-__all__ = ["Drafter", "DraftModelDrafter"]
+__all__ = ["Drafter", "DraftModelDrafter", "CHAINS_ONLY"]
 
 
 class Drafter:
@@ -54,6 +63,37 @@ class Drafter:
         committed tokens the target read this pass (the uncached committed ones, then the committed nodes);
         the last row is the state whose LM head gave this pass's final token.
         """
+
+    # ---- the batch members (serving.generate_batch): a chain per row, B rows at once ----
+
+    gamma: int = 0  # a row's chain when generate_batch is given no γ
+
+    def start_batch(self, target, texts: list[list[int]]) -> None:
+        """B prompts begin. This default serves a stateless drafter (one that writes only `propose`)."""
+        if type(self).start is not Drafter.start or type(self).commit is not Drafter.commit:
+            raise checks.ArgumentError(f"{type(self).__name__} keeps state per sequence and has no batched form. "
+                                       + CHAINS_ONLY)
+
+    def propose_batch(self, texts: list[list[int]], gammas: list[int], warp: Warp
+                      ) -> list[tuple[list[int], Tensor | None]]:
+        """Each row's chain after its committed text: (tokens, q [g, V] or None), g at most gammas[b]."""
+        out = []
+        for text, gamma in zip(texts, gammas):
+            tree = self.propose(torch.tensor([text]), warp, gamma) if gamma > 0 else DraftTree.chain([])
+            if not tree.is_chain:
+                raise checks.ArgumentError(f"{type(self).__name__} proposed a tree. " + CHAINS_ONLY)
+            out.append((tree.tokens, tree.q))
+        return out
+
+    def commit_batch(self, texts: list[list[int]], alive: list[int], hidden: list | None) -> None:
+        """The verifier committed each row's tokens: texts[b] is row b's committed text now; `alive` are the rows
+        that stay (batch indices, in order: row alive[i] becomes row i); hidden (needs_hidden only, else None):
+        per row b, the target's states at the committed tokens it read this pass (as `commit`'s, [m_b, H] each)."""
+
+
+CHAINS_ONLY = ("generate_batch drafts chains only (as vLLM and SGLang batch them): pass DraftModelDrafter(draft, "
+               "gamma=3), EagleDrafter.from_zoo(target) (a chain), PromptLookupDrafter() or any drafter that writes "
+               "only propose, or decode the tree one prompt at a time with generate()")
 
 
 
@@ -167,3 +207,38 @@ class DraftModelDrafter(Drafter):
         # keep the committed text's K/V (the last committed token stays pending): the accepted nodes that were
         # fed; after a fully accepted step the last draft never was, and the cache lags one token
         lm.keep(self.cache, self.base, [j for j in path[: ids.shape[1] - 1 - self.base] if j < self.fed])
+
+    # ---- batched (chapter 09): every row's chain, one forward per level, the cache a `Ragged` over the rows ----
+
+    def start_batch(self, target, texts: list[list[int]]) -> None:
+        if any(b > 1 for b in self.branching):
+            raise checks.ArgumentError(f"DraftModelDrafter(branching={self.branching}) drafts a tree. " + CHAINS_ONLY)
+        self.start(target, torch.tensor([max(texts, key=len)]))  # the vocabulary and context checks
+        self.rows, self.matched = Ragged(lm.new_cache(self.model), len(texts)), None  # rows: a prefix of each text
+
+    def propose_batch(self, texts: list[list[int]], gammas: list[int], warp: Warp
+                      ) -> list[tuple[list[int], Tensor | None]]:
+        # the deepest draft is read at position T + γ - 2: a row near the end of the draft's context drafts fewer
+        gammas = [max(min(g, self.context - len(t) + 1), 0) for t, g in zip(texts, gammas)]
+        n, held = max(gammas), self.rows.lengths()
+        self.matched = held  # the held slots that are the committed text's, whatever is accepted
+        if n == 0:
+            return [([], None)] * len(texts)
+        x, tokens, qs = [t[h:] for t, h in zip(texts, held)], [], []  # [B] ragged: what each row's cache lacks
+        for level in range(n):
+            logits = self.rows.forward(self.model, x)[0][:, -1]  # [B, V] after each row's last token
+            if warp.greedy:
+                token = logits.argmax(-1)  # [B]
+            else:
+                q = warp.probs(logits)  # [B, V]
+                token = warp.sample(q)[:, 0]  # [B]
+                qs.append(q)
+            tokens.append(token)
+            x = token[:, None].tolist()
+        self.matched = [len(t) + n - 1 for t in texts]  # committed text, then n - 1 fed drafts (the last never fed)
+        tokens, q = torch.stack(tokens, 1).tolist(), torch.stack(qs, 1) if qs else None  # [B, n], [B, n, V]
+        return [(tokens[b][:g], None if q is None else q[b, :g]) for b, g in enumerate(gammas)]
+
+    def commit_batch(self, texts: list[list[int]], alive: list[int], hidden=None) -> None:
+        # keep what matches the committed text (the fed accepted drafts), at most all of it but the pending token
+        self.rows.keep([min(len(texts[b]) - 1, self.matched[b]) for b in alive], alive)

@@ -36,8 +36,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specdec_lab import checks, lm, training, vocab
-from specdec_lab.drafters import Drafter
+from specdec_lab.drafters import CHAINS_ONLY, Drafter
 from specdec_lab.masks import require_custom_masks
+from specdec_lab.ragged import Ragged
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
@@ -404,6 +405,7 @@ class EagleDrafter(Drafter):
         self.depth = checks.integer(depth, "depth", "levels of the dynamic tree")
         self.budget = checks.integer(budget, "budget", "nodes kept in the dynamic tree")
         self.cache, self.n_true, self.root = KVCache(), 0, None
+        self.gamma = len(self.branching)  # a chain's length (generate_batch drafts chains)
 
     @classmethod
     def from_zoo(cls, target, version: int = 1, dynamic: bool = False, **kwargs) -> EagleDrafter:
@@ -487,3 +489,45 @@ class EagleDrafter(Drafter):
         keep = select_nodes(scores, parents, self.budget)  # best `budget` of the pool, parents first
         index = {old: new for new, old in enumerate(keep)}
         return DraftTree([tokens[i] for i in keep], [-1 if parents[i] < 0 else index[parents[i]] for i in keep])
+
+    # ---- batched (chapter 09): an EAGLE-1 chain per row, its cache a `Ragged` of each row's TRUE pairs ----
+
+    def start_batch(self, target, texts: list[list[int]]) -> None:
+        if self.dynamic or any(b > 1 for b in self.branching):
+            raise checks.ArgumentError(f"this EagleDrafter drafts a tree ({'dynamic' if self.dynamic else self.branching}). "
+                                       + CHAINS_ONLY)
+        self.start(target, torch.tensor([texts[0]]))  # the size and mask checks
+        self.rows, self.roots, self.row_true = Ragged(lm.new_cache(), len(texts)), None, [0] * len(texts)
+
+    @torch.no_grad()
+    def propose_batch(self, texts: list[list[int]], gammas: list[int], warp: Warp
+                      ) -> list[tuple[list[int], Tensor | None]]:
+        n = max(gammas)
+        if self.roots is None or n == 0:
+            return [([], None)] * len(texts)  # the prefill pass drafts nothing
+        out, tokens = self.roots, []  # [B, 1, H] the predicted feature of each row's pending token
+        for level in range(n):
+            if level:  # feed each row's last draft with the feature that predicted it, at position n_true + level - 1
+                ids, positions, mask = self.rows.block(tokens[-1][:, None].tolist(), out.device)
+                out = self.net(out, ids, positions, mask[:, None], self.rows.cache)  # [B, 1, H]
+            tokens.append(self.net.logits(out[:, -1]).argmax(-1))  # [B] top-1: deterministic (q = None)
+        tokens = torch.stack(tokens, 1).tolist()  # [B, n]
+        return [(tokens[b][:g], None) for b, g in enumerate(gammas)]
+
+    @torch.no_grad()
+    def commit_batch(self, texts: list[list[int]], alive: list[int], hidden) -> None:
+        self.rows.keep([self.row_true[b] for b in alive], alive)  # drop the drafted nodes: only true pairs stay
+        if not alive:
+            return
+        texts, hidden, n_true = [texts[b] for b in alive], [hidden[b] for b in alive], [self.row_true[b] for b in alive]
+        # the pairs whose next token is committed: the positions the target read, up to the pending token
+        m = [min(s[0].shape[0], len(t) - 1 - k) for s, t, k in zip(hidden, texts, n_true)]
+        width, weight = max(m), self.net.fc.weight
+        feature = torch.zeros(len(alive), width, self.net.hidden, dtype=weight.dtype, device=weight.device)  # [B',w,H]
+        for b, s in enumerate(hidden):
+            if m[b]:
+                feature[b, width - m[b]:] = self.net.true_feature([h[: m[b]] for h in s]).to(feature)
+        tokens = [t[k + 1: k + 1 + j] for t, k, j in zip(texts, n_true, m)]  # the token after each of those positions
+        ids, positions, mask = self.rows.block(tokens, weight.device)
+        out = self.net(feature, ids, positions, mask[:, None], self.rows.cache)  # [B', width, H]
+        self.row_true, self.roots = [k + j for k, j in zip(n_true, m)], out[:, -1:]  # roots [B', 1, H]

@@ -156,8 +156,10 @@ def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[s
         raise ValueError(f"--data {kind}: this tokenizer has no chat template, so the target is not a chat model; "
                          "give a folder of text with --data, or leave --data out for the course corpus")
     name = default_folder(target.config.name_or_path, "x").parent.name
-    answers = chat.self_answers(target, tok, chat.training_prompts(), user_cache() / "data" / name /
-                                "chat_answers.jsonl", progress=progress)
+    file = user_cache() / "data" / name / "chat_answers.jsonl"
+    if chat.shipped_answers(target, name, file) and progress:
+        print(f"the target's answers: the ones shipped for these weights, copied to {file}")
+    answers = chat.self_answers(target, tok, chat.training_prompts(), file, progress=progress)
     if kind == "chat":
         return chat.conversations(tok, answers)
     return [f"{a['prompt']}\n\n{a['answer']}" for a in answers]

@@ -68,6 +68,11 @@ class PromptLookupDrafter(Drafter):
         self.num_tokens = checks.integer(num_tokens, "num_tokens", "tokens drafted per step")
         self.max_ngram = checks.integer(max_ngram, "max_ngram", "longest suffix to look up")
 
+    @property
+    def gamma(self) -> int:
+        """A row's chain in generate_batch (which batches this drafter through `Drafter`'s stateless defaults)."""
+        return self.num_tokens
+
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
         n = min(self.num_tokens, limit)
         return DraftTree.chain(prompt_lookup(ids, n, self.max_ngram) if n > 0 else [])

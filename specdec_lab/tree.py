@@ -12,11 +12,11 @@ node's logits equal those of its own path computed alone. Drafters that grow a t
 `TreeBuilder` (the frontier, its children, its mask). `verify_tree` is the one verifier, for chains and trees;
 the target cache then keeps the accepted path's K/V (`lm.keep`, a gather), with no recomputation.
 
-Two index conventions, one per job:
-  * a DraftTree's nodes come AFTER the committed text: parent -1 means "child of the last committed token";
-  * verification works on the ROOTED tree, node 0 = the last committed (pending) token, which the target
-    reads first: `rooted(tree)` -> (parents, tokens) with parents[0] = -1 and every other index shifted by 1,
-    the layout of exercise 04.2 (`target_logits[i]` predicts the token after rooted node i).
+One index convention: a DraftTree's nodes come AFTER the committed text, parent -1 meaning "child of the last
+committed (pending) token", and the target's pass over the pending token and the tree has row 0 at the pending
+token and row i + 1 at node i, so node i's children are tested against row i + 1. Chapter 04 also draws the
+ROOTED tree, the pending token as node 0 and node i as node i + 1 (`rooted`, the layout of exercise 04.2): the same
+pass, numbered from the pending token.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from specdec_lab.sampling import Warp, verify_candidates, verify_chain
 
 __all__ = ["DraftTree", "branchings", "tree_mask", "tree_depths", "tree_positions", "tree_forward", "tree_logits",
            "TreeBuilder", "branching_parents", "choices_parents", "full_choices", "count_nodes", "rooted",
-           "children_of", "verify_tree_greedy", "verify_tree_sampling", "typical_threshold", "verify_tree_typical",
+           "verify_tree_greedy", "verify_tree_sampling", "typical_threshold", "verify_tree_typical",
            "verify_tree"]
 
 
@@ -261,60 +261,59 @@ def full_choices(branching: Sequence[int]) -> list[tuple[int, ...]]:
 
 
 def rooted(tree: DraftTree, root_token: int) -> tuple[list[int], list[int]]:
-    """(parents, tokens) with the last committed token as node 0 and the drafts as nodes 1..n."""
+    """(parents, tokens) with the last committed token as node 0 and the drafts as nodes 1..n: chapter 04's
+    drawing and exercise 04.2's layout (the verifiers below walk the DraftTree itself)."""
     return [-1] + [p + 1 for p in tree.parents], [int(root_token)] + list(tree.tokens)
 
 
-def children_of(parents: Sequence[int]) -> list[list[int]]:
-    """children[i] = the nodes whose parent is i, in index order."""
-    children: list[list[int]] = [[] for _ in parents]
-    for i, p in enumerate(parents):
-        if p >= 0:
-            children[p].append(i)
-    return children
+def _children(tree: DraftTree) -> list[list[int]]:
+    """kids[i + 1] = the nodes whose parent is node i, kids[0] the pending token's: the same index as the row of
+    the target's logits at that parent."""
+    kids: list[list[int]] = [[] for _ in range(len(tree) + 1)]
+    for i, parent in enumerate(tree.parents):
+        kids[parent + 1].append(i)
+    return kids
 
 
-def verify_tree_greedy(parents: Sequence[int], tokens: Sequence[int], target_logits: Tensor) -> tuple[list[int], int]:
-    """Walk down from the root, accepting a child only if its token is the target's argmax at its parent.
+def verify_tree_greedy(tree: DraftTree, target_logits: Tensor) -> tuple[list[int], int]:
+    """Walk down from the pending token, accepting a child only if its token is the target's argmax at its parent.
 
-    parents, tokens: the ROOTED tree (node 0 = last committed token). target_logits [n, V]: row i predicts
-    the token after node i. Returns (path, bonus): accepted node indices from the root (path[0] == 0)
-    and the target's argmax after the deepest accepted node.
+    target_logits [n + 1, V]: row 0 at the pending token, row i + 1 at node i. Returns (path, bonus): the accepted
+    nodes from the top down, and the target's argmax after the deepest of them (the pending token if none).
     """
-    best = target_logits.argmax(-1).tolist()  # [n] the target's choice after each node
-    children = children_of(parents)
-    path = [0]
+    best = target_logits.argmax(-1).tolist()  # [n + 1] the target's choice at the pending token and after each node
+    kids, path, row = _children(tree), [], 0  # row: the deepest accepted node + 1
     while True:
-        match = next((c for c in children[path[-1]] if tokens[c] == best[path[-1]]), None)
+        match = next((c for c in kids[row] if tree.tokens[c] == best[row]), None)
         if match is None:
-            return path, best[path[-1]]
+            return path, best[row]
         path.append(match)
+        row = match + 1
 
 
-def verify_tree_sampling(parents: Sequence[int], tokens: Sequence[int], p: Tensor, q: Tensor | None = None,
-                         generator: torch.Generator | None = None) -> tuple[list[int], int]:
-    """Exact multi-round rejection down the ROOTED tree; the emitted text is distributed as the target's.
+def verify_tree_sampling(tree: DraftTree, p: Tensor, generator: torch.Generator | None = None
+                         ) -> tuple[list[int], int]:
+    """Exact multi-round rejection down the tree; the emitted text is distributed as the target's.
 
-    p: [n, V] target probabilities after each node. q: [n, V] the distribution each node was drawn from
-    (row 0, the root, is unused), siblings drawn i.i.d. from their shared row; None: every set of siblings
-    is distinct deterministic picks. At each node the children are tested one after another with
-    `sampling.verify_candidates`; the first accepted one becomes the new node. When all are rejected the
-    residual draw ends the walk; at a leaf the bonus token is drawn from p there.
+    p: [n + 1, V] target probabilities at the pending token and after each node. tree.q: [n, V] the distribution
+    each node was drawn from, siblings drawn i.i.d. from their shared row; None: every set of siblings is distinct
+    deterministic picks. At each node the children are tested one after another with
+    `sampling.verify_candidates`; the first accepted one becomes the new node. When all are rejected the residual
+    draw ends the walk; at a leaf the bonus token is drawn from p there.
     """
-    children = children_of(parents)
-    path = [0]
+    kids, path, row = _children(tree), [], 0
     while True:
-        node, kids = path[-1], children[path[-1]]
-        if not kids:
-            return path, int(torch.multinomial(p[node], 1, generator=generator))  # bonus token
-        q_kids = None if q is None else q[kids[0]]  # [V] the siblings' shared proposal
-        if q is not None and not all(torch.equal(q[c], q_kids) for c in kids[1:]):
-            raise ValueError(f"the children of node {node} have different q rows: sampled siblings must be "
-                             "drawn i.i.d. from one distribution (or pass q=None for deterministic picks)")
-        index, token = verify_candidates(p[node], [tokens[c] for c in kids], q_kids, generator)
+        if not kids[row]:
+            return path, int(torch.multinomial(p[row], 1, generator=generator))  # bonus token
+        q = None if tree.q is None else tree.q[kids[row][0]]  # [V] the siblings' shared proposal
+        if q is not None and not all(torch.equal(tree.q[c], q) for c in kids[row][1:]):
+            raise ValueError(f"the children of node {row - 1} have different q rows: sampled siblings must be "
+                             "drawn i.i.d. from one distribution (or q=None for deterministic picks)")
+        index, token = verify_candidates(p[row], [tree.tokens[c] for c in kids[row]], q, generator)
         if index is None:
             return path, token  # every child rejected: the residual's draw ends this pass
-        path.append(kids[index])
+        path.append(kids[row][index])
+        row = path[-1] + 1
 
 
 def typical_threshold(p: Tensor, threshold: float = 0.09, alpha: float = 0.3) -> Tensor:
@@ -323,24 +322,24 @@ def typical_threshold(p: Tensor, threshold: float = 0.09, alpha: float = 0.3) ->
     return torch.minimum(torch.full_like(entropy, threshold), alpha * torch.exp(-entropy))
 
 
-def verify_tree_typical(parents: Sequence[int], tokens: Sequence[int], p: Tensor, threshold: float = 0.09,
-                        alpha: float = 0.3, generator: torch.Generator | None = None) -> tuple[list[int], int]:
-    """Medusa's typical acceptance down the ROOTED tree: LOSSY, the output is no longer the target's.
+def verify_tree_typical(tree: DraftTree, p: Tensor, threshold: float = 0.09, alpha: float = 0.3,
+                        generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Medusa's typical acceptance down the tree: LOSSY, the output is no longer the target's.
 
     A child is accepted when the target gives its token more than min(threshold, alpha * exp(-H(p))) at
-    its parent; the first such child (in index order) is followed. The walk ends with a token drawn from p
-    at the deepest accepted node. Confident targets (low entropy) demand a high probability, uncertain ones
-    accept any plausible token: longer acceptance, at the price of exactness (chapter 05 measures how much).
+    its parent (p [n + 1, V] as in `verify_tree_sampling`); the first such child (in index order) is followed.
+    The walk ends with a token drawn from p at the deepest accepted node. Confident targets (low entropy) demand a
+    high probability, uncertain ones accept any plausible token: longer acceptance, at the price of exactness
+    (chapter 05 measures how much).
     """
-    bar = typical_threshold(p, threshold, alpha).tolist()  # [n]
-    children = children_of(parents)
-    path = [0]
+    bar = typical_threshold(p, threshold, alpha).tolist()  # [n + 1]
+    kids, path, row = _children(tree), [], 0
     while True:
-        node = path[-1]
-        match = next((c for c in children[node] if float(p[node, tokens[c]]) > bar[node]), None)
+        match = next((c for c in kids[row] if float(p[row, tree.tokens[c]]) > bar[row]), None)
         if match is None:
-            return path, int(torch.multinomial(p[node], 1, generator=generator))
+            return path, int(torch.multinomial(p[row], 1, generator=generator))
         path.append(match)
+        row = match + 1
 
 
 def verify_tree(logits: Tensor, tree: DraftTree, warp: Warp, typical: tuple[float, float] | None = None
@@ -362,13 +361,10 @@ def verify_tree(logits: Tensor, tree: DraftTree, warp: Warp, typical: tuple[floa
         else:
             emitted = verify_chain(warp.probs(logits), tree.q, tree.tokens, warp.generator)  # [γ+1, V], [γ, V]
         return list(range(len(emitted) - 1)), emitted
-    parents, tokens = rooted(tree, -1)  # the root's token is never read
     if warp.greedy:
-        path, last = verify_tree_greedy(parents, tokens, logits)
+        path, last = verify_tree_greedy(tree, logits)
     elif typical is not None:
-        path, last = verify_tree_typical(parents, tokens, warp.probs(logits), *typical, warp.generator)
+        path, last = verify_tree_typical(tree, warp.probs(logits), *typical, warp.generator)
     else:
-        q = None if tree.q is None else torch.cat([tree.q[:1], tree.q])  # [n+1, V]: row 0 is a placeholder
-        path, last = verify_tree_sampling(parents, tokens, warp.probs(logits), q, warp.generator)
-    nodes = [i - 1 for i in path[1:]]  # back to DraftTree indices
-    return nodes, [tree.tokens[j] for j in nodes] + [last]
+        path, last = verify_tree_sampling(tree, warp.probs(logits), warp.generator)
+    return path, [tree.tokens[j] for j in path] + [last]

@@ -6,7 +6,7 @@ from specdec_lab import chat
 
 def test_training_prompts_are_fixed_cover_every_category_and_leave_the_held_out_ones_out():
     prompts = chat.training_prompts()
-    assert len(prompts) == 1451 and prompts == chat.training_prompts()  # the same list on every call
+    assert len(prompts) == 2561 and prompts == chat.training_prompts()  # the same list on every call
     assert {p["category"] for p in chat.training_prompts(40)} == set(chat.CATEGORIES)  # every category early
     assert len({p["id"] for p in prompts}) == len(prompts)
     held = chat.held_out()
@@ -18,7 +18,9 @@ def test_training_prompts_are_fixed_cover_every_category_and_leave_the_held_out_
                 "paris", "fibonacci", "palindrome", "csv", "bank", "tuple", "merges", "committee", "library", "picnic",
                 "banana", "apples", "photosynthesis", "exercise", "station", "report"]
     everyday = [chat.SUBJECTS, chat.ACTIVITIES, chat.PAIRS, chat.CHARACTERS, chat.BUSINESSES, chat.THINGS[4:],
-                chat.TASKS, chat.CONCEPTS, chat.CLASSES, chat.SENTENCES, chat.PASSAGES]
+                chat.TASKS, chat.CONCEPTS, chat.CLASSES, chat.SENTENCES, chat.PASSAGES, chat.TOPICS, chat.HOWTOS,
+                chat.WORRIES, chat.CHOICES, chat.MOTIFS, chat.HEROES, chat.LISTS, chat.WRITINGS, chat.PLACES,
+                chat.TASKS_MORE, chat.PY_HOWTOS, chat.SENTENCES_MORE, chat.PASSAGES_MORE]
     words = {w for items in everyday for item in items for part in (item if isinstance(item, tuple) else [item])
              for w in re.findall(r"[a-z]+", part.lower())}
     assert words.isdisjoint(subjects), sorted(words & set(subjects))

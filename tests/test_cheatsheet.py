@@ -184,8 +184,8 @@ def check_typical(s):
         bar = float(tree.typical_threshold(p))
         assert s["typical_bar"](p) == pytest.approx(bar, rel=1e-5), "the typical-acceptance threshold"
         x = int(torch.randint(0, 10, (1,), generator=g))
-        path, _ = tree.verify_tree_typical([-1, 0], [0, x], torch.stack([p, p]), generator=torch.Generator())
-        shown = torch.nn.functional.one_hot(torch.tensor(x), 10).float() if len(path) == 2 else p  # emitted here
+        path, _ = tree.verify_tree_typical(tree.DraftTree([x], [-1]), torch.stack([p, p]), generator=torch.Generator())
+        shown = torch.nn.functional.one_hot(torch.tensor(x), 10).float() if path else p  # emitted here
         assert float(s["typical_loss"](p, x)) == pytest.approx(0.5 * float((shown - p).abs().sum()), abs=1e-6)
 
 

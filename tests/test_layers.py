@@ -20,7 +20,7 @@ import specdec_lab
 
 PACKAGE = Path(specdec_lab.__file__).parent
 LAYERS = {
-    "core": {"checks", "precision", "masks", "lm", "sampling", "economics", "tree", "vocab"},
+    "core": {"checks", "precision", "masks", "lm", "ragged", "sampling", "economics", "tree", "vocab"},
     "methods": {"draft_models", "training", "drafters", "ngram", "medusa", "eagle"},
     "loops": {"decoding", "lookahead", "serving"},
     "tools": {"zoo", "prompts", "chat", "measure", "identity", "tune", "heads", "train_zoo", "engines", "bench",

@@ -9,7 +9,7 @@ from specdec_lab import generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
 from specdec_lab.medusa import (MEDUSA_DIR, MedusaDrafter, MedusaHeads, head_accuracy, head_loss, self_labels,
                                 train_heads)
-from specdec_lab.tree import choices_parents, verify_tree_typical
+from specdec_lab.tree import DraftTree, choices_parents, verify_tree_typical
 
 ZOO = (MEDUSA_DIR / "heads.safetensors").exists()
 
@@ -140,11 +140,11 @@ def test_medusa_sampling_is_exact(settings):
 
 def test_typical_acceptance_rule():
     p = torch.tensor([[0.6, 0.3, 0.1], [0.34, 0.33, 0.33]])  # confident root; uncertain node 1
-    parents, tokens = [-1, 0, 0], [0, 2, 1]  # root's children: token 2 (p 0.1), token 1 (p 0.3)
-    path, _ = verify_tree_typical(parents, tokens, torch.cat([p, p[1:]]), threshold=0.09, alpha=0.3)
-    assert path == [0, 1], "token 2 has p 0.1 > min(0.09, 0.3 exp(-H)): the first child is accepted"
-    path, _ = verify_tree_typical(parents, tokens, torch.cat([p, p[1:]]), threshold=0.2, alpha=0.3)
-    assert path == [0, 2], "with a higher bar only token 1 (p 0.3) passes"
+    tree = DraftTree([2, 1], [-1, -1])  # the pending token's children: token 2 (p 0.1), token 1 (p 0.3)
+    path, _ = verify_tree_typical(tree, torch.cat([p, p[1:]]), threshold=0.09, alpha=0.3)
+    assert path == [0], "token 2 has p 0.1 > min(0.09, 0.3 exp(-H)): the first child is accepted"
+    path, _ = verify_tree_typical(tree, torch.cat([p, p[1:]]), threshold=0.2, alpha=0.3)
+    assert path == [1], "with a higher bar only token 1 (p 0.3) passes"
 
 
 @pytest.mark.skipif(not ZOO, reason="Medusa heads not trained yet (`specdec-lab train-zoo --stage medusa`)")

@@ -16,7 +16,10 @@ from helpers import P_MIN, exact_joint, noisy_copy, pooled_chi_square, prompt_id
 from specdec_lab import DraftModelDrafter, EagleDrafter, PromptLookupDrafter, generate, lm, zoo
 from specdec_lab.checks import ArgumentError
 from specdec_lab.sampling import Warp
-from specdec_lab.serving import Ragged, generate_batch, switch_off_policy
+from specdec_lab.drafters import Drafter
+from specdec_lab.ragged import Ragged
+from specdec_lab.serving import generate_batch, switch_off_policy
+from specdec_lab.tree import DraftTree
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,17 @@ def test_ragged_rows_match_single_forwards(pair):
         assert cache.valid.shape[1] == max(len(t) for t in texts) - 1, "packed: no wider than the longest row"
 
 
-@pytest.mark.parametrize("make", ["plain", "draft", "draft-gamma-list", "lookup", "policy"])
+class Echo(Drafter):
+    """A stateless drafter of the learner's kind (it writes only propose): it guesses the text's last two tokens
+    again. It batches through Drafter's default batch members."""
+
+    gamma = 2
+
+    def propose(self, ids, warp, limit):
+        return DraftTree.chain(ids[0, -min(limit, 2):].tolist() if limit > 0 else [])
+
+
+@pytest.mark.parametrize("make", ["plain", "draft", "draft-gamma-list", "lookup", "policy", "stateless"])
 def test_random_models_greedy_identity_with_eos(pair, make):
     target, noisy = pair
     prompts = [prompt_ids(s, 3 + 2 * s)[0].tolist() for s in range(6)]
@@ -57,7 +70,8 @@ def test_random_models_greedy_identity_with_eos(pair, make):
     drafter, gamma = {"plain": (None, None), "draft": (DraftModelDrafter(noisy, 4), None),
                       "draft-gamma-list": (DraftModelDrafter(noisy, 4), [0, 1, 2, 3, 4, 6]),
                       "lookup": (PromptLookupDrafter(5, 2), None),
-                      "policy": (DraftModelDrafter(noisy, 3), switch_off_policy(max_batch=3))}[make]
+                      "policy": (DraftModelDrafter(noisy, 3), switch_off_policy(max_batch=3)),
+                      "stateless": (Echo(), None)}[make]
     out = generate_batch(target, prompts, drafter, max_new_tokens=30, eos_token_id=eos, gamma=gamma)
     assert out.tokens == refs, f"{make}: a row differs from its own greedy decoding"
     assert any(len(r) < 30 for r in refs) and any(len(r) == 30 for r in refs), "some rows should stop at EOS"
@@ -175,5 +189,20 @@ def test_bad_input_errors(pair):
         generate_batch(target, ok, None, gamma=2)
     with pytest.raises(ArgumentError, match="DraftModelDrafter"):
         generate_batch(target, ok, noisy)  # HF's habit: the draft model passed as the drafter
+    with pytest.raises(ArgumentError, match="keeps state per sequence"):  # a stateful drafter without batch members
+
+        class Counting(Echo):
+            def start(self, target, ids):
+                self.steps = 0
+
+        generate_batch(target, ok, Counting())
+    with pytest.raises(ArgumentError, match="lacks the batch members"):  # the protocol's four, duck-typed
+
+        class Duck:
+            needs_hidden = False
+            start, commit = Drafter.start, Drafter.commit
+            propose = Echo.propose
+
+        generate_batch(target, ok, Duck())
     assert generate_batch(target, torch.tensor(ok[:1] * 2), None, max_new_tokens=3).tokens[0] == \
         generate(target, ok[:1], max_new_tokens=3).tokens, "a [B, T] tensor is B prompts"

@@ -3,7 +3,7 @@ import pytest
 import torch
 from helpers import P_MIN, RUNS, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
-from specdec_lab import DraftModelDrafter, generate, lm, measure, zoo
+from specdec_lab import DraftModelDrafter, generate, grading, lm, measure, zoo
 from specdec_lab.decoding import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.tree import (DraftTree, branching_parents, choices_parents, count_nodes, full_choices,
@@ -115,15 +115,17 @@ def _kv(cache):
 
 
 def test_verify_tree_greedy_contract():
-    # rooted: node 0 is the committed root; target predicts 8 after the root, 3 after node 2, 4 after node 4
-    parents, tokens = [-1, 0, 0, 1, 2, 2], [0, 7, 8, 1, 3, 9]
+    # row 0 is the pending token, row i + 1 node i: the target predicts 8 there, 3 after node 1, 4 after node 3
+    tree = DraftTree([7, 8, 1, 3, 9], [-1, -1, 0, 1, 1])
     logits = torch.full((6, 10), -1.0)
-    for node, best in [(0, 8), (1, 2), (2, 3), (3, 0), (4, 4), (5, 5)]:
-        logits[node, best] = 1.0
-    assert verify_tree_greedy(parents, tokens, logits) == ([0, 2, 4], 4)
+    for row, best in [(0, 8), (1, 2), (2, 3), (3, 0), (4, 4), (5, 5)]:
+        logits[row, best] = 1.0
+    assert verify_tree_greedy(tree, logits) == ([1, 3], 4)
     logits[0] = -1.0
-    logits[0, 6] = 1.0  # no child of the root matches: only the corrected token
-    assert verify_tree_greedy(parents, tokens, logits) == ([0], 6)
+    logits[0, 6] = 1.0  # no child of the pending token matches: only the corrected token
+    assert verify_tree_greedy(tree, logits) == ([], 6)
+    # exercise 04.2's rooted layout (the pending token as node 0) walks the same path, shifted by one
+    assert grading.rooted_walk([-1, 0, 0, 1, 2, 2], [0, 7, 8, 1, 3, 9], logits) == ([0], 6)
 
 
 def test_verify_tree_maps_back_to_draft_indices():
@@ -137,7 +139,7 @@ def test_verify_tree_maps_back_to_draft_indices():
 def test_sampling_siblings_must_share_q():
     q = torch.tensor([[0.5, 0.5], [0.2, 0.8]])
     with pytest.raises(ValueError, match="i.i.d."):
-        verify_tree_sampling([-1, 0, 0], [0, 0, 1], torch.full((3, 2), 0.5), torch.cat([q[:1], q]))
+        verify_tree_sampling(DraftTree([0, 1], [-1, -1], q), torch.full((3, 2), 0.5))
 
 
 # ---- generate() with tree drafters -----------------------------------------------------------------------

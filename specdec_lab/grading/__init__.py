@@ -30,7 +30,7 @@ from specdec_lab.grading.ch10 import check_capstone
 
 # Chapter 04's case generators and the exact distributions of its wrong rules: tests/test_tree_economics.py
 # checks notebook 04's derivations with them (under these names, as before the graders became a package).
-from specdec_lab.grading.ch04 import _greedy_tree_case, _random_tree, _two_round_outcomes  # noqa: E402, F401
+from specdec_lab.grading.ch04 import _greedy_tree_case, _random_tree, _two_round_outcomes, rooted_walk  # noqa: E402, F401
 
 __all__ = [
     # shared helpers and tolerances

@@ -106,6 +106,13 @@ def _greedy_tree_case(parents: list[int], g: torch.Generator, vocab: int = 12, f
     return tokens, logits
 
 
+def rooted_walk(parents: list[int], tokens: list[int], target_logits) -> tuple[list[int], int]:
+    """`tree.verify_tree_greedy` in exercise 04.2's rooted layout: (path from node 0, bonus)."""
+    drafts = tree.DraftTree(list(tokens[1:]), [p - 1 for p in parents[1:]])  # node i + 1 -> DraftTree node i
+    path, bonus = tree.verify_tree_greedy(drafts, target_logits)
+    return [0] + [j + 1 for j in path], bonus
+
+
 def _walk_own_row(parents: list[int], tokens: list[int], best: list[int]):
     """A typical mistake: the greedy walk comparing each child with the argmax of its OWN row."""
     path = [0]
@@ -138,7 +145,7 @@ def check_verify_tree_greedy(verify_tree_greedy: Callable) -> None:
         path, bonus = out
         path = [int(i) for i in path]
         best = logits.argmax(-1).tolist()
-        right, own_row = tree.verify_tree_greedy(parents, tokens, logits), _walk_own_row(parents, tokens, best)
+        right, own_row = rooted_walk(parents, tokens, logits), _walk_own_row(parents, tokens, best)
         check((path, int(bonus)) == right or (path, int(bonus)) != own_row, f"{case}: you compare each child's "
               "token with the argmax of ITS OWN row; row i predicts the token AFTER node i, so compare a child's "
               "token with the argmax of its parent's row")
