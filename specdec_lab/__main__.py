@@ -304,16 +304,16 @@ def bench_draft(args) -> int:
     """`specdec-lab bench --method draft` (chapter 03): the draft model against plain decoding and HF."""
     import torch
 
-    from specdec_lab import bench
+    from specdec_lab import bench, lineup, report
 
     target, draft, tok = _load(args)
     prompts = [ids.to(target.device) for ids in bench.suite_prompts(tok, args.category, args.limit)]
-    methods = bench.draft_methods(target, draft, args.max_new_tokens, args.gamma, tok.eos_token_id, naive=args.naive)
+    methods = lineup.draft_methods(target, draft, args.max_new_tokens, args.gamma, tok.eos_token_id, naive=args.naive)
     print(f"pair {args.pair!r} in {str(target.dtype).removeprefix('torch.')}, {len(prompts)} prompts, greedy, "
           f"max_new_tokens={args.max_new_tokens}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}")
     rows = bench.run(target, methods, prompts, progress=True)
-    print(bench.format_table(rows))
+    print(report.format_table(rows))
     ours, hf = rows[2], rows[3 + bool(args.naive)]
     print(f"\ndraft model γ={args.gamma}: {ours.tokens_per_second / rows[0].tokens_per_second:.2f}x target only, "
           f"{ours.tokens_per_second / hf.tokens_per_second:.2f}x {hf.method} "
@@ -337,10 +337,10 @@ def _meta(args, target, prompts: list, temperatures: list, **extra) -> dict:
 
 
 def _save(results: list[dict], meta: dict, args) -> None:
-    """`bench.save_results` to the --json and --csv files given, saying where."""
-    from specdec_lab import bench
+    """`report.save_results` to the --json and --csv files given, saying where."""
+    from specdec_lab import report
 
-    bench.save_results(results, meta, args.json, args.csv)
+    report.save_results(results, meta, args.json, args.csv)
     for path in (args.json, args.csv):
         if path:
             print(f"wrote {path}")
@@ -351,23 +351,21 @@ def bench_all(args) -> int:
     import torch
     import transformers
 
-    from specdec_lab import bench, chat
+    from specdec_lab import bench, chat, lineup, report
     from specdec_lab.prompts import load_prompts
 
     if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
         from specdec_lab import zoo
-        from specdec_lab.draft_models import early_exit_model
 
-        target, tok = zoo.load_model(args.target, device=args.device)
-        draft = early_exit_model(target, bench.EARLY_EXIT)
+        target, draft, tok = zoo.load_pair(args.target, device=args.device)  # its first layers draft
         held = sorted(chat.held_out(args.category), key=lambda p: int(p["id"].rsplit("-", 1)[1]))  # categories take turns
         prompts, template = held[:args.limit], True
         args.pair = args.target
-        print(f"the draft model: {args.target}'s first {bench.EARLY_EXIT} layers (an early exit, untrained)")
+        print(f"the draft model: {args.target}'s first {zoo.EARLY_EXIT} layers (an early exit, untrained)")
     else:
         target, draft, tok = _load(args)
         prompts, template = load_prompts(args.category)[:args.limit], False
-    temperatures = args.temperatures or list(bench.TEMPERATURES)
+    temperatures = args.temperatures or list(lineup.TEMPERATURES)
     device = target.device
     meta = _meta(args, target, prompts, temperatures)
     print(f"pair {args.pair!r} on {device} in {meta['dtype']}, {len(prompts)} prompts, "
@@ -379,7 +377,7 @@ def bench_all(args) -> int:
     except bench.Interrupted as stop:
         return _save_partial(stop.partial, meta, args)
     for T in temperatures:
-        print("\n" + bench.format_showdown(results, T))
+        print("\n" + report.format_showdown(results, T))
     _save(results, meta, args)
     greedy = [r for r in results if r["identical"] is not None and r["category"] == "all"]
     tied, broken = [r["method"] for r in greedy if r["ties"]], [r["method"] for r in greedy if r["bugs"]]
@@ -393,7 +391,7 @@ def bench_all(args) -> int:
 
 def _save_partial(results: list[dict], meta: dict, args) -> int:
     """Ctrl-C: print and save what was measured, each result and the meta marked partial; exit code 130."""
-    from specdec_lab import bench
+    from specdec_lab import report
 
     done = {r["temperature"]: r["prompts"] for r in results if r["category"] == "all" and not r["skipped"]}
     if not done:
@@ -401,9 +399,9 @@ def _save_partial(results: list[dict], meta: dict, args) -> int:
         return 130
     so_far = ", ".join(f"T={T:g}: {n} of {meta['prompts']} prompts" for T, n in done.items())
     for T in done:
-        print("\n" + bench.format_showdown(results, T))
+        print("\n" + report.format_showdown(results, T))
     files = [path for path in (args.json, args.csv) if path]
-    bench.save_results([dict(r, partial=True) for r in results], dict(meta, partial=f"interrupted after {so_far}"),
+    report.save_results([dict(r, partial=True) for r in results], dict(meta, partial=f"interrupted after {so_far}"),
                        args.json, args.csv)
     saved = f"saved them, marked partial, to {' and '.join(files)}" if files else "give --json or --csv to save them"
     print(f"\ninterrupted: measured {so_far}; {saved}")
@@ -412,7 +410,7 @@ def _save_partial(results: list[dict], meta: dict, args) -> int:
 
 def bench_batch(args) -> int:
     """`specdec-lab bench --batch B` (chapter 09): the chain methods decoding B prompts at a time."""
-    from specdec_lab import bench
+    from specdec_lab import bench, report
     from specdec_lab.prompts import load_prompts
 
     target, draft, tok = _load(args)
@@ -424,7 +422,7 @@ def bench_batch(args) -> int:
     results = bench.batch_showdown(target, draft, tok, prompts, args.batch, temperatures, args.max_new_tokens,
                                    args.gamma, progress=True)
     for T in temperatures:
-        print("\n" + bench.format_batch_showdown(results, T))
+        print("\n" + report.format_batch_showdown(results, T))
     _save(results, meta, args)
     broken = [r["method"] for r in results if r["identical"] is not None and r["identical"] < r["prompts"]]
     if broken:

@@ -19,7 +19,8 @@ EAGLE-3: f_t is fuse([h_low, h_mid, h_high]) (3H -> H) of three target layers; n
 trained with "training-time test": a few unrolled steps that feed the draft's own outputs back in, so the
 draft learns to continue from its own (imperfect) features, as it must when drafting (step i weighs 0.8^i).
 Either version may score only a draft vocabulary, the target's most frequent tokens (`vocab`; EAGLE-3 does,
-and FR-Spec does it for EAGLE-2): exact all the same.
+and FR-Spec does it for EAGLE-2): exact all the same. The losses and the training-time test are in `training`
+(eagle_loss, unroll), beside the loop that fits the draft.
 
     drafter = EagleDrafter.from_zoo(target, version=1, dynamic=True)   # trained by `specdec-lab train-zoo`
     gen = generate(target, ids, drafter, max_new_tokens=64)
@@ -42,8 +43,8 @@ from specdec_lab.ragged import Ragged
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
-__all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers", "ttt_mask",
-           "unroll", "eagle_loss", "train_eagle_net", "eagle_accuracy", "expand_step", "select_nodes", "EAGLE_DIR"]
+__all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers", "expand_step",
+           "select_nodes", "EAGLE_DIR"]
 
 EAGLE_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"  # eagle1/ and eagle3/ live here
 
@@ -222,120 +223,6 @@ class EagleNet(nn.Module):
         if not file.exists():  # the zoo's own message: its drafts come from train-zoo
             training.read_config(file, target, f"EAGLE-{version} weights", f"eagle{version}")
         return cls.from_pretrained(target, file.parent)
-
-
-# ---- training on cached target states -----------------------------------------------------------------
-
-
-def _features(net: EagleNet, states: Tensor) -> Tensor:
-    """Cached states [B, T, S, H] (from cache_states with net.layers) -> true features [B, T, H]."""
-    states = states.float()
-    picked = [states[:, :, -1]] if net.version == 1 else [states[:, :, s] for s in range(len(net.layers))]
-    return net.combine(picked)  # [B, T, H]
-
-
-def ttt_mask(T: int, step: int) -> Tensor:
-    """Training-time test, step i: bool [T, (i + 1) T], which keys position p sees among steps 0..i.
-
-    Step 0 is the ordinary causal pass over true features. At step i the input at position p stands for a
-    node drafted i levels deep from the committed prefix 0 .. p - i: it sees step 0 (true features) at
-    positions <= p - i, and step j (1 <= j <= i) only at position p - i + j, its own drafted ancestors
-    (j = i is itself).
-    """
-    p = torch.arange(T)[:, None]  # [T, 1] query positions
-    q = torch.arange(T)[None, :]  # [1, T] key positions
-    blocks = [q <= p - step] + [q == p - step + j for j in range(1, step + 1)]
-    return torch.cat(blocks, 1)  # [T, (i + 1) T]; positions p < i (no valid root) see little, scored never
-
-
-def unroll(net: EagleNet, feature: Tensor, tokens: Tensor, steps: int) -> list[Tensor]:
-    """The training-time-test unroll: outputs [B, T, H] of steps 0..steps-1.
-
-    feature [B, T, H]: true features; tokens [B, T]: tokens[:, p] is the token after position p. Step 0
-    reads the true features; step i reads, at position p, the previous step's output at p - 1 (the draft's
-    own predicted feature, as when drafting). One KV cache holds every step's keys; `ttt_mask` says which
-    of them each position may see.
-    """
-    T = feature.shape[1]
-    positions = torch.arange(T)
-    cache, outs = KVCache(), []
-    for i in range(steps):
-        if i:  # shift right by one: position p reads the output at p - 1 (position 0 gets a zero feature)
-            feature = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], 1)  # [B, T, H]
-        outs.append(net(feature, tokens, positions, ttt_mask(T, i), cache))  # [B, T, H]
-    return outs
-
-
-def eagle_loss(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: int = 1, noise: float = 0.0,
-               generator: torch.Generator | None = None) -> tuple[Tensor, list[float]]:
-    """The training loss on cached states [B, T, S, H], text x [B, T] and the target's argmax labels [B, T].
-
-    Pair p reads (feature f_p, token x_{p+1}) and is scored on the token after that, labels[:, p + 1]
-    (labels[:, t] = the target's own choice for token t+1). Version 1: SmoothL1(o_p, f_{p+1}) + 0.1 CE, with
-    Gaussian noise of std `noise` on the input features. Version 3: sum over unrolled steps i of 0.8^i CE,
-    positions p >= i only. Returns (loss, per-step CE).
-    """
-    f = _features(net, states)  # [B, T, H]
-    tokens = x[:, 1:]  # [B, T-1] the token after each position
-    f_in = f[:, :-1]
-    if noise:
-        f_in = f_in + noise * torch.randn(f_in.shape, generator=generator).to(f_in.device)
-    outs = unroll(net, f_in, tokens, steps)  # steps x [B, T-1, H]
-    want = labels[:, 1:]  # [B, T-1] the target's choice for the token after x_{p+1}
-    total, per_step = f.new_zeros(()), []
-    want = net.to_draft(want)  # draft indices; -100 (not scored) outside a draft vocabulary
-    for i, o in enumerate(outs):
-        logits = net.draft_logits(o[:, i:])  # [B, T-1-i, Vd]
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), want[:, i:].reshape(-1))
-        per_step.append(ce.item())
-        total = total + 0.8 ** i * ce
-    if net.version == 1:
-        feat = F.smooth_l1_loss(outs[0].float(), f[:, 1:].detach().float())
-        total = feat + 0.1 * total
-        per_step.append(feat.item())  # the feature loss last
-    return total, per_step
-
-
-def train_eagle_net(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, steps: int = 400, batch: int = 8,
-                    lr: float = 1e-3, ttt_steps: int = 1, noise: float = 0.0, seed: int = 0, log_every: int = 25,
-                    progress: bool = True, precision: str = "auto") -> list[tuple]:
-    """Train the draft on cached states [N, T, S, H], text [N, T] and labels [N, T]; returns the loss log
-    [(step, loss, *per-step CE, feature loss for version 1)].
-
-    `training.fit`: AdamW, warmup then cosine decay, the gradient norm clipped to 1; the target is never run
-    here. precision: "auto" runs the products in bf16 only where the hardware does bf16 natively
-    (`precision.autocast`); "fp32" gives the same numbers on every machine.
-    """
-    device = net.fc.weight.device  # the cached states wait in host memory; each batch moves to the draft
-
-    def loss(idx, g):
-        total, parts = eagle_loss(net, states[idx].to(device), x[idx].to(device), labels[idx].to(device),
-                                  ttt_steps, noise, g)
-        return total, [total.item(), *parts]
-
-    torch.manual_seed(seed)  # seeds the global generator, as this function always has (the noise uses fit's)
-    return training.fit(net, loss, len(states), steps, batch, lr, clip=1.0, seed=seed, log_every=log_every,
-                        progress=progress, precision=precision, desc=f"eagle-{net.version}")
-
-
-@torch.no_grad()
-def eagle_accuracy(net: EagleNet, states: Tensor, x: Tensor, labels: Tensor, depth: int = 3,
-                   batch: int = 8) -> list[float]:
-    """Top-1 agreement with the target's greedy choice when drafting 1..depth tokens ahead of true features.
-
-    Entry i: the unrolled step i (the draft reading its own features i times) against labels; entry 0 is
-    the plain next-next-token accuracy. The same unroll for both versions, so they compare fairly.
-    """
-    hits, counts = [0] * depth, [0] * depth
-    for s in range(0, len(states), batch):
-        device = net.fc.weight.device
-        st, xx, yy = (t[s: s + batch].to(device) for t in (states, x, labels))
-        outs = unroll(net, _features(net, st)[:, :-1], xx[:, 1:], depth)
-        for i, o in enumerate(outs):
-            pred = net.logits(o[:, i:]).argmax(-1)  # [b, T-1-i]
-            hits[i] += (pred == yy[:, 1 + i:]).sum().item()
-            counts[i] += pred.numel()
-    return [h / c for h, c in zip(hits, counts)]
 
 
 # ---- EAGLE-2's dynamic tree, one step at a time ---------------------------------------------------------

@@ -111,11 +111,12 @@ def trained_for(target, tok, method: str, minutes: float = 5.0, **kwargs) -> Pat
 
 def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int, seed: int = 0,
                  val_windows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """(training windows [n', T], validation windows [m, T]) of the target's tokens, T = seq_len.
+    """(training windows [n, T], validation windows [m, T]) of the target's tokens, T = seq_len.
 
     data: None for the course corpus (the standard library's modules), a folder whose text files (read
     recursively; binary files skipped) are the corpus, or a list of texts (`chat_texts`; 1 in 20 validates).
-    n' < n when the text is too short for n windows.
+    The training windows tile the text without overlap, in random order, so n of them read n * T different
+    tokens; past the text's own count, the rest start anywhere.
     """
     from specdec_lab.train_zoo import corpus_files, read_texts, token_stream
 
@@ -138,7 +139,11 @@ def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int,
         raise ValueError(f"the text is too short: {len(streams[0])} training and {len(streams[1])} validation "
                          f"tokens, and a window is {seq_len}. Add text to --data")
     g = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, len(streams[0]) - seq_len, (n,), generator=g).tolist()
+    tiles = (len(streams[0]) - 1) // seq_len  # non-overlapping windows the text holds, after a random offset
+    offset = int(torch.randint(0, len(streams[0]) - tiles * seq_len, (1,), generator=g))
+    starts = (offset + seq_len * torch.randperm(tiles, generator=g)[:n]).tolist()  # every token at most once
+    if n > tiles:  # more windows than the text holds: the rest start anywhere
+        starts += torch.randint(0, len(streams[0]) - seq_len, (n - tiles,), generator=g).tolist()
     train = torch.stack([streams[0][s: s + seq_len] for s in starts])  # [n, T]
     k = min(val_windows, len(streams[1]) // seq_len)
     val = streams[1][: k * seq_len].view(k, seq_len)  # [k, T] non-overlapping
@@ -212,26 +217,26 @@ def _loss_and_accuracy(module, method: str, states, x, best):
     """(loss_fn(idx, generator) for training.fit, accuracy(states, x, best) -> list by offset)."""
     device = next(module.parameters()).device
     if method == "medusa":
-        hidden, labels = states[:, :, -1], medusa.self_labels(x, best)  # [N, T, H], [N, T]
+        hidden, labels = states[:, :, -1], training.self_labels(x, best)  # [N, T, H], [N, T]
         if module.d2t is not None:  # draft indices; -100 (not scored) outside the draft vocabulary
             labels = vocab.to_draft(labels, module.d2t.cpu(), module.vocab)
 
         def loss(idx, _):
-            return medusa.head_loss(module(hidden[idx].to(device).float(), draft=True), labels[idx].to(device))
+            return training.head_loss(module(hidden[idx].to(device).float(), draft=True), labels[idx].to(device))
 
         def accuracy(v_states, v_x, v_best):
-            return medusa.head_accuracy(module, v_states[:, :, -1], medusa.self_labels(v_x, v_best),
+            return training.head_accuracy(module, v_states[:, :, -1], training.self_labels(v_x, v_best),
                                        ks=medusa.TOPK)
         return loss, accuracy
     s = SETTINGS[method]
 
     def loss(idx, g):
-        total, parts = eagle.eagle_loss(module, states[idx].to(device), x[idx].to(device), best[idx].to(device),
+        total, parts = training.eagle_loss(module, states[idx].to(device), x[idx].to(device), best[idx].to(device),
                                         s["ttt_steps"], s["noise"], g)
         return total, [total.item(), *parts]
 
     def accuracy(v_states, v_x, v_best):
-        return {1: eagle.eagle_accuracy(module, v_states, v_x, v_best)}
+        return {1: training.eagle_accuracy(module, v_states, v_x, v_best)}
     return loss, accuracy
 
 

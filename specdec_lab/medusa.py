@@ -17,6 +17,9 @@ the path (i0, i1, ...) is head 0's i0-th best token, then head 1's i1-th best un
     heads = MedusaHeads.from_zoo(target)            # trained by `specdec-lab train-zoo`; for your own target:
     heads = MedusaHeads.from_pretrained(target, folder)   # trained by `specdec-lab train-heads --method medusa`
     gen = generate(target, ids, MedusaDrafter(heads), max_new_tokens=64)
+
+The heads' loss (head k scored k + 2 tokens ahead) and their training are in `training` (head_loss, train_heads),
+beside the loop that fits them.
 """
 
 from __future__ import annotations
@@ -34,8 +37,7 @@ from specdec_lab.masks import require_custom_masks
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, choices_parents
 
-__all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES", "head_loss", "train_heads",
-           "head_accuracy", "cache_hidden", "self_labels"]
+__all__ = ["MedusaHead", "MedusaHeads", "MedusaDrafter", "DEFAULT_CHOICES"]
 
 MEDUSA_DIR = Path(__file__).parent / "data" / "zoo" / "tiny" / "medusa"
 TOPK = range(1, 11)  # the validation accuracies saved with trained heads: top-1 to top-10, their tree's input
@@ -152,88 +154,6 @@ class MedusaHeads(nn.Module):
         info = {"num_heads": self.num_heads, "hidden": head.in_features, "vocab": head.out_features,
                 "own_lm_heads": self.lm_heads is not None, "draft_vocab": None if self.d2t is None else len(self.d2t)}
         training.save(self, Path(path) / "heads.safetensors", {**info, **(meta or {})})
-
-
-# ---- training (Medusa-1: the target stays frozen) ----------------------------------------------------
-
-
-def cache_hidden(target, windows: Tensor, batch: int = 16) -> tuple[Tensor, Tensor]:
-    """Run the frozen target once over windows [N, T]: (last hidden states [N, T, H] bf16, argmax [N, T]).
-
-    The hidden state is the one the LM head reads (after the final norm). argmax[:, t] is the target's own
-    greedy prediction for token t+1: the labels for self-distillation. (`training.cache_states` without
-    extra layers, its one state per position unwrapped.)
-    """
-    states, best = training.cache_states(target, windows, batch=batch)  # [N, T, 1, H], [N, T]
-    return states[:, :, -1], best
-
-
-def self_labels(windows: Tensor, argmax: Tensor) -> Tensor:
-    """Labels for self-distillation, [N, T]: position j holds the target's own greedy choice for token j.
-
-    argmax[:, j - 1] (from cache_hidden) is what the target predicts for token j; position 0 keeps the text.
-    Trained on these, a head learns what the TARGET would write, which is what greedy verification accepts.
-    """
-    return torch.cat([windows[:, :1], argmax[:, :-1]], 1)  # [N, T]
-
-
-def head_loss(logits: Tensor, labels: Tensor, weights: Sequence[float] | None = None) -> tuple[Tensor, list[float]]:
-    """Medusa-1 loss: head k at position t is scored against labels[t + k + 2].
-
-    logits: [K, B, T, V] from MedusaHeads over hidden states [B, T, H]; labels: [B, T] token ids (the text,
-    or the target's own next-token argmax shifted by one, see train_heads). Position t of head k has a label
-    only while t + k + 2 < T. weights: per-head factors (default 0.8^k). Returns (weighted sum, per-head CE).
-    """
-    K = logits.shape[0]
-    weights = [0.8 ** k for k in range(K)] if weights is None else weights
-    total, per_head = logits.new_zeros(()), []
-    for k in range(K):
-        shift = k + 2
-        pred = logits[k, :, : -shift]  # [B, T - shift, V] positions that have a label
-        ce = F.cross_entropy(pred.reshape(-1, pred.shape[-1]).float(), labels[:, shift:].reshape(-1))
-        total = total + weights[k] * ce
-        per_head.append(ce.item())
-    return total, per_head
-
-
-def train_heads(heads: MedusaHeads, hidden: Tensor, labels: Tensor, steps: int = 300, batch: int = 8,
-                lr: float = 1e-3, seed: int = 0, log_every: int = 25, progress: bool = True,
-                precision: str = "auto") -> list[tuple]:
-    """Train the heads on cached hidden states [N, T, H] and labels [N, T]; returns the log [(step, ce_0, ..)].
-
-    `training.fit`: AdamW with a short warmup and cosine decay, no gradient clipping. Each step reads
-    `batch` random cached windows; the target is never run here. precision: "auto" runs the products in
-    bf16 only where the hardware does bf16 natively (see `precision.autocast`), "fp32" gives the same
-    numbers on every machine.
-    """
-    device = heads.heads[0].linear.weight.device  # the cached states wait in host memory
-
-    def loss(idx, _):  # [b, T, H] -> logits [K, b, T, V], scored
-        return head_loss(heads(hidden[idx].to(device).float()), labels[idx].to(device))
-
-    return training.fit(heads, loss, len(hidden), steps, batch, lr, seed=seed, log_every=log_every,
-                        progress=progress, precision=precision, desc="medusa heads")
-
-
-@torch.no_grad()
-def head_accuracy(heads: MedusaHeads, hidden: Tensor, labels: Tensor, ks: Sequence[int] = (1, 5),
-                  batch: int = 8) -> dict[int, list[float]]:
-    """{k: [top-k accuracy of head 0, head 1, ...]} on cached hidden states [N, T, H] and labels [N, T]."""
-    hits = {k: [0] * heads.num_heads for k in ks}
-    counts = [0] * heads.num_heads
-    for i in range(0, len(hidden), batch):
-        device = heads.heads[0].linear.weight.device
-        logits = heads(hidden[i: i + batch].to(device).float())  # [K, b, T, V]
-        y = labels[i: i + batch].to(device)
-        top = logits.topk(max(ks), -1).indices  # [K, b, T, kmax]
-        for h in range(heads.num_heads):
-            shift = h + 2
-            want = y[:, shift:, None]  # [b, T - shift, 1]
-            got = top[h, :, :-shift]  # [b, T - shift, kmax]
-            counts[h] += want.numel()
-            for k in ks:
-                hits[k][h] += (got[..., :k] == want).any(-1).sum().item()
-    return {k: [hits[k][h] / counts[h] for h in range(heads.num_heads)] for k in ks}
 
 
 # ---- drafting --------------------------------------------------------------------------------------

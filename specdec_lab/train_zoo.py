@@ -401,7 +401,7 @@ def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = Non
     """Medusa-1 heads on the frozen target of zoo_dir, self-distilled; saved to out_dir/medusa. Minutes on a CPU.
 
     The target reads 1200 random training windows once (its last hidden states are cached in bf16), then
-    only the heads train. Labels are the target's own greedy predictions (see medusa.self_labels); the
+    only the heads train. Labels are the target's own greedy predictions (see training.self_labels); the
     card also records each head's accuracy against the raw text.
     """
     from specdec_lab import medusa, training, tune, zoo
@@ -410,17 +410,17 @@ def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = Non
     t0 = time.time()
     target, _, tok = zoo.load_pair(str(zoo_dir))
     x, val = cached_windows(tok, cfg, seed=3)  # [N, T] training, [n, T] validation
-    hidden, best = medusa.cache_hidden(target, x)  # [N, T, H] bf16, [N, T]
+    hidden, best = training.cache_hidden(target, x)  # [N, T, H] bf16, [N, T]
     print(f"medusa: cached the target's hidden states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
     heads = medusa.MedusaHeads.for_target(target, cfg["heads"], shared_lm_head=False).float()
-    log = medusa.train_heads(heads, hidden, medusa.self_labels(x, best), cfg["steps"], cfg["batch"], cfg["lr"])
-    v_hidden, v_best = medusa.cache_hidden(target, val)
-    topk = medusa.head_accuracy(heads, v_hidden, medusa.self_labels(val, v_best), ks=medusa.TOPK)
+    log = training.train_heads(heads, hidden, training.self_labels(x, best), cfg["steps"], cfg["batch"], cfg["lr"])
+    v_hidden, v_best = training.cache_hidden(target, val)
+    topk = training.head_accuracy(heads, v_hidden, training.self_labels(val, v_best), ks=medusa.TOPK)
     card = {**training.fingerprint(target), "config": cfg, "labels": "self-distilled",
             "lm_head": "each head its own, initialised from the target's",
             "log": log, "seconds": round(time.time() - t0, 1),
             "val_accuracy_vs_target": {k: topk[k] for k in (1, 5)},
-            "val_accuracy_vs_text": medusa.head_accuracy(heads, v_hidden, val)}
+            "val_accuracy_vs_text": training.head_accuracy(heads, v_hidden, val)}
     card.update(tune.medusa_card(topk))
     heads.save(out_dir / "medusa", meta=card)
     print(json.dumps({k: card[k] for k in ("seconds", "val_accuracy_vs_target", "val_accuracy_vs_text")}))
@@ -454,14 +454,14 @@ def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps:
     states, best = training.cache_states(target, x, net.layers)  # [N, T, S, H] bf16, [N, T]
     print(f"eagle-{version}: cached the target's states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
     t1 = time.time()
-    log = eagle.train_eagle_net(net, states, x, best, cfg["steps"], cfg["batch"], cfg["lr"], cfg["ttt_steps"],
+    log = training.train_eagle_net(net, states, x, best, cfg["steps"], cfg["batch"], cfg["lr"], cfg["ttt_steps"],
                                 cfg["noise"])
     train_seconds, seconds = round(time.time() - t1, 1), round(time.time() - t0, 1)
     v_states, v_best = training.cache_states(target, val, net.layers)
     card = {**training.fingerprint(target), "config": cfg, "embedding_and_lm_head": "the target's, frozen",
             "labels": "self-distilled",
             "log": log, "seconds": seconds, "train_seconds": train_seconds, "threads": torch.get_num_threads(),
-            "val_accuracy_vs_target": [round(a, 4) for a in eagle.eagle_accuracy(net, v_states, val, v_best)]}
+            "val_accuracy_vs_target": [round(a, 4) for a in training.eagle_accuracy(net, v_states, val, v_best)]}
     del states
     net.save(out_dir / f"eagle{version}", meta=card)
     print(json.dumps({k: card[k] for k in ("seconds", "train_seconds", "val_accuracy_vs_target")}))

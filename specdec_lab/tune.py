@@ -341,7 +341,7 @@ def best_eagle(costs: Costs, acceptance: dict[int, list[list[float]]]) -> Pick:
 def medusa_choices(topk: dict[int, Sequence[float]], nodes: int = 24) -> tuple[list[tuple[int, ...]], float]:
     """The tree of `nodes` choices with the most expected accepted tokens, from measured top-k accuracies.
 
-    topk: {k: [top-k accuracy of head 0, head 1, ...]} for k = 1, 2, ..., kmax (`medusa.head_accuracy` with
+    topk: {k: [top-k accuracy of head 0, head 1, ...]} for k = 1, 2, ..., kmax (`training.head_accuracy` with
     ks=range(1, kmax + 1)). Head h's rank-r token is right with probability p[h][r] = top-(r+1) - top-r; taking
     the heads as independent (Cai et al. 2024 do the same), the path (r0, r1, ...) is accepted whole with
     probability p[0][r0] * p[1][r1] * ..., and the tree's expected accepted tokens are the sum of its paths'.
@@ -364,7 +364,7 @@ def medusa_choices(topk: dict[int, Sequence[float]], nodes: int = 24) -> tuple[l
 
 def medusa_card(topk: dict[int, Sequence[float]]) -> dict:
     """The entries of a heads' config.json that MedusaDrafter takes its tree from: the top-k accuracies
-    (`medusa.head_accuracy` with ks=medusa.TOPK), the tuned choices and their expected accepted tokens per step."""
+    (`training.head_accuracy` with ks=medusa.TOPK), the tuned choices and their expected accepted tokens per step."""
     choices, expected = medusa_choices(topk)
     return {"val_topk_vs_target": {k: [round(a, 4) for a in v] for k, v in topk.items()}, "choices": choices,
             "expected_accepted": round(expected, 3)}

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from specdec_lab import DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, bench, zoo
+from specdec_lab import DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, bench, lineup, report, zoo
 from specdec_lab.__main__ import main
 from specdec_lab.engines import engine_settings, sglang_flags
 from specdec_lab.prompts import CATEGORIES as SUITE
@@ -91,10 +91,10 @@ def test_sampling_is_repeatable(pair):
 
 
 def test_format_and_save(results, tmp_path):
-    table = bench.format_showdown(results, 0.0)
+    table = report.format_showdown(results, 0.0)
     assert "identical" in table and "3/3" in table and "speedup by category" in table
-    assert "n/a: greedy only" in bench.format_showdown(results, 0.7)
-    bench.save_results(results, {"pair": "tiny"}, tmp_path / "r.json", tmp_path / "r.csv")
+    assert "n/a: greedy only" in report.format_showdown(results, 0.7)
+    report.save_results(results, {"pair": "tiny"}, tmp_path / "r.json", tmp_path / "r.csv")
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["meta"] == {"pair": "tiny"} and data["results"] == results
     with open(tmp_path / "r.csv", newline="") as f:
@@ -104,7 +104,7 @@ def test_format_and_save(results, tmp_path):
 
 def test_methods_without_heads_say_how_to_train_them(pair):
     target, draft, _ = pair
-    methods = bench.showdown_methods(target, draft, 8, heads={})
+    methods = lineup.showdown_methods(target, draft, 8, heads={})
     notes = {name: m for name, m in methods.items() if isinstance(m, str) and "greedy only" not in m}
     assert sorted(notes) == ["EAGLE-1, chain γ=4", "EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree",
                              "Medusa, 24-node tree"]
@@ -157,6 +157,8 @@ def test_batched_command_line(tmp_path, capsys):
     greedy = [r for r in results if r["temperature"] == 0]
     assert all(r["identical"] == 5 for r in greedy), "every row equals its own greedy decoding"
     assert {r["batch"] for r in greedy} == {1, 3}
+    for r in greedy:  # one harness (bench.run with a batch) counted both: each prompt's passes, and the batched ones
+        assert r["steps"] == r["row_passes"] if r["batch"] == 1 else r["steps"] < r["row_passes"], r
     assert all(r["identical"] is None and r["tokens"] > 0 for r in results if r["temperature"] == 0.7)
 
 
@@ -210,14 +212,14 @@ def test_readme_leaderboard_is_the_committed_run():
     assert len(greedy) == 15 and all(r["identical"] == 52 for r in greedy)
     assert sum(r["method"].endswith("(auto)") for r in greedy) == 4
     readme = (root / "README.md").read_text()
-    assert bench.leaderboard_markdown(data["results"]) in readme, "regenerate the README's leaderboard"
+    assert report.leaderboard_markdown(data["results"]) in readme, "regenerate the README's leaderboard"
     assert "specdec-lab bench --auto --threads 1 --json results/showdown-tiny-cpu.json" in readme
     with open(root / "results" / "showdown-tiny-cpu.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == len(data["results"])
     two = json.loads((root / "results" / "showdown-tiny-cpu-2threads.json").read_text())
     assert two["meta"]["threads"] == 2 and two["meta"]["prompts"] == 52
     assert all(r["identical"] == 52 for r in two["results"] if r["temperature"] == 0 and r["category"] == "all")
-    assert bench.leaderboard_markdown(two["results"]) in readme, "regenerate the README's two-thread leaderboard"
+    assert report.leaderboard_markdown(two["results"]) in readme, "regenerate the README's two-thread leaderboard"
     assert "specdec-lab bench --auto --threads 2 --json results/showdown-tiny-cpu-2threads.json" in readme
 
 
@@ -232,5 +234,5 @@ def test_readme_leaderboard_of_the_real_model_is_the_committed_run():
     assert {"EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree"} <= {r["method"] for r in greedy}
     assert all(r["identical"] == r["prompts"] == data["meta"]["prompts"] for r in greedy if not r["skipped"])
     readme = (root / "README.md").read_text()
-    assert bench.leaderboard_markdown(data["results"]) in readme, "regenerate the real model's leaderboard"
+    assert report.leaderboard_markdown(data["results"]) in readme, "regenerate the real model's leaderboard"
     assert "--json results/showdown-smollm2-135m-instruct-cpu.json" in readme

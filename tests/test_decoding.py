@@ -344,16 +344,16 @@ def test_zoo_greedy_identity_on_suite_prompts():
 
 
 def test_bench_rows_agree(pair):
-    from specdec_lab import bench
+    from specdec_lab import bench, lineup, report
 
     target, noisy, _ = pair
     prompts = [prompt_ids(s) for s in range(2)]
-    methods = bench.draft_methods(target, noisy, max_new_tokens=12, gamma=3, naive=True)
+    methods = lineup.draft_methods(target, noisy, max_new_tokens=12, gamma=3, naive=True)
     rows = bench.run(target, methods, prompts, warmup=1)
-    assert [r.same for r in rows] == [2] * len(rows), bench.format_table(rows)
+    assert [r.same for r in rows] == [2] * len(rows), report.format_table(rows)
     assert rows[0].target_calls == rows[1].target_calls == 24 and rows[0].tau == 1.0
     assert rows[2].target_calls == rows[3].target_calls < 24, "ours and the naive loop make the same passes"
-    table = bench.format_table(rows)
+    table = report.format_table(rows)
     assert "HF assisted, 3 tokens" in table and "speedup" in table
 
 

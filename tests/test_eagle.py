@@ -8,9 +8,8 @@ from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tin
 
 from specdec_lab import EagleDrafter, generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
-from specdec_lab.eagle import (EAGLE_DIR, DraftLayer, EagleNet, KVCache, eagle_accuracy, eagle_loss, expand_step,
-                               select_nodes, train_eagle_net, ttt_mask, unroll)
-from specdec_lab.training import cache_states
+from specdec_lab.eagle import EAGLE_DIR, DraftLayer, EagleNet, KVCache, expand_step, select_nodes
+from specdec_lab.training import cache_states, eagle_accuracy, eagle_loss, train_eagle_net, ttt_mask, unroll
 from specdec_lab.tree import tree_depths
 
 ZOO = all((EAGLE_DIR / f"eagle{v}" / "eagle.safetensors").exists() for v in (1, 3))
@@ -86,7 +85,7 @@ def test_unroll_step_equals_drafting_from_own_output(target, version):
 
 def test_cached_states_give_the_live_features():
     """Training reads features from cache_states; drafting from generate()'s hidden states: the same thing."""
-    from specdec_lab.eagle import _features
+    from specdec_lab.training import _features
 
     deep = tiny_llama(layers=8, seed=8)
     x = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(8))

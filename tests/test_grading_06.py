@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from specdec_lab import grading
-from specdec_lab.eagle import KVCache, expand_step, ttt_mask, unroll
+from specdec_lab.eagle import KVCache, expand_step
+from specdec_lab.training import ttt_mask, unroll
 
 
 def _forward(order="embed first", layer=True, head="out"):

@@ -258,3 +258,23 @@ def test_kept_states_are_reused_and_capped(setup, monkeypatch, tmp_path):
     heads.stored_states(target, windows[2], progress=False)  # the newest is kept
     with pytest.raises(LookupError):  # the least recently used went first
         heads.stored_states(target, windows[0], progress=False)
+
+
+def test_training_windows_tile_the_text_without_overlap():
+    """n windows read n * T different tokens while the text holds that many; past that, the rest start anywhere."""
+    class Numbering:  # a tokenizer that gives every character of every text its own id: a repeat is an overlap
+        eos_token_id, seen = None, 0
+
+        def __call__(self, texts, add_special_tokens=False, verbose=False):
+            out = []
+            for t in texts:
+                out.append(list(range(self.seen, self.seen + len(t))))
+                self.seen += len(t)
+            return {"input_ids": out}
+
+    texts = [f"request {i}: " + "x" * (40 + i % 50) for i in range(600)]  # 19 in 20 train: about 38,000 tokens
+    tiles = (sum(len(t) for i, t in enumerate(texts) if i % 20 != 7) - 1) // 32  # text_windows keeps texts[7::20]
+    train, _ = heads.text_windows(Numbering(), texts, tiles, 32)
+    assert train.shape == (tiles, 32) and train.unique().numel() == train.numel(), "windows overlap"
+    more, _ = heads.text_windows(Numbering(), texts, tiles + 100, 32)
+    assert more.shape == (tiles + 100, 32) and more.unique().numel() < more.numel(), "past the tiles, text repeats"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import prompt_ids, tiny_llama
-from specdec_lab import bench, identity, lm, zoo
+from specdec_lab import bench, identity, lm, report, zoo
 from specdec_lab.decoding import generate
 from specdec_lab.drafters import DraftModelDrafter
 from specdec_lab.eagle import EagleDrafter, EagleNet
@@ -39,17 +39,17 @@ def _check(dtype, prompts=3):
 
 
 def test_fp32_every_decoder_is_identical():
-    for name, report in _check(torch.float32).items():
-        assert report.identical == report.prompts == 3 and not report.mismatches, f"{name}: {report}"
-        assert str(report) == "3/3 identical"
+    for name, verdict in _check(torch.float32).items():
+        assert verdict.identical == verdict.prompts == 3 and not verdict.mismatches, f"{name}: {verdict}"
+        assert str(verdict) == "3/3 identical"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_on_this_cpu_has_ties_only(dtype):
     """Which prompts tie depends on the CPU's kernels; that none is a bug does not."""
-    for name, report in _check(dtype).items():
-        assert not report.bugs, f"{name} in {dtype}: {report}"
-        for m in report.ties:  # a tie is a near-tie of the target's top logits, within the measured noise
+    for name, verdict in _check(dtype).items():
+        assert not verdict.bugs, f"{name} in {dtype}: {verdict}"
+        for m in verdict.ties:  # a tie is a near-tie of the target's top logits, within the measured noise
             assert m.gap <= 2 * m.noise and m.noise > 0
 
 
@@ -128,7 +128,7 @@ def test_bench_counts_ties_and_bugs():
 
     rows = bench.run(target, {"target only": plain, "same": plain, "short": short}, prompts, warmup=0)
     assert [(r.same, r.ties, r.bugs) for r in rows] == [(3, 0, 0), (3, 0, 0), (0, 0, 3)]
-    assert bench.format_table(rows).splitlines()[-1].endswith("0/3 (3 BUGS)")
-    assert bench._identical(dict(identical=51, prompts=52, ties=1, bugs=0)) == "51/52 (1 tie)"
+    assert report.format_table(rows).splitlines()[-1].endswith("0/3 (3 BUGS)")
+    assert report._identical(dict(identical=51, prompts=52, ties=1, bugs=0)) == "51/52 (1 tie)"
     sampled = bench.run(target, {"target only": plain, "short": short}, prompts, warmup=0, seed=0)
     assert [r.verdicts for r in sampled] == [[], []]  # sampling: no identity to check

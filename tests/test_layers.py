@@ -24,7 +24,7 @@ LAYERS = {
     "methods": {"draft_models", "training", "drafters", "ngram", "medusa", "eagle"},
     "loops": {"decoding", "lookahead", "serving"},
     "tools": {"zoo", "prompts", "chat", "measure", "identity", "tune", "heads", "train_zoo", "engines", "bench",
-              "widgets", "viz", "grading", "__main__", "__init__"},
+              "widgets", "viz", "grading", "lineup", "report", "__main__", "__init__"},
 }
 RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}
 

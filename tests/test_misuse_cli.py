@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec_lab import bench, train_zoo, zoo
+from specdec_lab import bench, lineup, report, train_zoo, zoo
 from specdec_lab.__main__ import main
 
 SHIPPED = zoo.EMBEDDED["tiny"]
@@ -78,7 +78,7 @@ def test_bench_output_paths(tmp_path, no_loading, capsys):
 
 
 def test_bench_output_folders_are_made(tmp_path):
-    bench.save_results([{"method": "m", "tau": 1.0}], {}, tmp_path / "a" / "r.json", tmp_path / "b" / "c" / "r.csv")
+    report.save_results([{"method": "m", "tau": 1.0}], {}, tmp_path / "a" / "r.json", tmp_path / "b" / "c" / "r.csv")
     assert (tmp_path / "a" / "r.json").exists() and (tmp_path / "b" / "c" / "r.csv").exists()
 
 
@@ -99,7 +99,7 @@ def test_run_keeps_the_prompts_every_method_finished():
 
 def test_interrupted_bench_saves_partial_results(tmp_path, monkeypatch, capsys):
     """Ctrl-C in the sampled run: the greedy results and the sampled run's first prompt are saved, marked."""
-    real = bench.showdown_methods
+    real = lineup.showdown_methods
 
     def interrupted_at_second_prompt(*args, **kwargs):
         methods = real(*args, **kwargs)
@@ -113,7 +113,7 @@ def test_interrupted_bench_saves_partial_results(tmp_path, monkeypatch, capsys):
                 return plain(ids)
             methods["target only"] = target_only
         return methods
-    monkeypatch.setattr(bench, "showdown_methods", interrupted_at_second_prompt)
+    monkeypatch.setattr(lineup, "showdown_methods", interrupted_at_second_prompt)
     json_path, csv_path = tmp_path / "new" / "r.json", tmp_path / "other" / "r.csv"  # folders that do not exist
     code = main(["bench", "--limit", "2", "--max-new-tokens", "4", "--threads", "1", "--json", str(json_path),
                  "--csv", str(csv_path)])

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from specdec_lab import precision, zoo
-from specdec_lab.medusa import MedusaHeads, train_heads
+from specdec_lab.medusa import MedusaHeads
+from specdec_lab.training import train_heads
 
 
 def cpu_has_native_bf16() -> bool:

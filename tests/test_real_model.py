@@ -49,7 +49,7 @@ def trained_or_fresh(model):
 
 def drafters(model):
     """Every exact method with a drafter (and the target's own first layers as a draft model, untrained)."""
-    early = early_exit_model(model, 8)  # the target's first 8 of 30 layers: a draft model sharing its weights
+    early = early_exit_model(model, zoo.EARLY_EXIT)  # the target's first 8 of 30 layers, sharing its weights
     nets = trained_or_fresh(model)
     return {
         "prompt lookup": PromptLookupDrafter(),
@@ -69,6 +69,16 @@ def test_loads_offline_as_an_fp32_llama(real):
     assert next(model.parameters()).dtype == torch.float32 and not model.training
     assert model.name_or_path in (str(zoo.model_folder(NAME)), zoo.MODELS[NAME]["hub"]), model.name_or_path
     assert "<|im_end|>" in tok.get_vocab() and "<|im_start|>assistant" in tok.decode(chat.chat_ids(tok, "hi")[0])
+
+
+def test_load_pair_gives_the_model_and_its_first_layers_as_the_draft(real):
+    """The PAIR line of a chapter takes the real model: load_pair returns it with an early exit as its draft."""
+    target, draft, tok = zoo.load_pair(NAME, device="cpu")
+    assert target.config.num_hidden_layers == 30 and draft.config.num_hidden_layers == zoo.EARLY_EXIT
+    assert draft.model.embed_tokens.weight is target.model.embed_tokens.weight  # the early exit shares the weights
+    ids = chat.chat_ids(tok, "Name a colour.")
+    assert generate(target, ids, DraftModelDrafter(draft, 3), max_new_tokens=6).tokens == \
+        generate(target, ids, max_new_tokens=6).tokens
 
 
 def test_every_exact_method_equals_greedy_decoding_on_chat_prompts(real):

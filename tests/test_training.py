@@ -8,8 +8,8 @@ from helpers import tiny_llama
 from torch import nn
 
 from specdec_lab import lm
-from specdec_lab.medusa import MedusaHeads, cache_hidden
-from specdec_lab.training import cache_states, fit, load, lr_at, read_config, save
+from specdec_lab.medusa import MedusaHeads
+from specdec_lab.training import cache_hidden, cache_states, fit, load, lr_at, read_config, save
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
     python tools/real_tau.py --json results/tau-smollm2-135m-instruct.json
     python tools/real_tau.py --json results/tau-smollm2-135m-instruct.json --only-ablation --ablation IN WITHOUT
+    python tools/real_tau.py --json results/tau-smollm2-135m-instruct.json --only "EAGLE-2, dynamic tree" ...
 
 The second adds the rows of chapter 11's template ablation (two EAGLE-1 drafts trained alike, on the answers in the
 chat template and without it) to the saved table; rows already there for other methods are kept.
@@ -42,6 +43,9 @@ def main() -> None:
     parser.add_argument("--json", help="also write the table here")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--only-ablation", action="store_true", help="run only the --ablation rows")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these rows (the others saved in --json "
+                        "are kept: τ counts passes, so rows from separate runs compare), e.g. after retraining a "
+                        "draft")
     parser.add_argument("--ablation", nargs=2, metavar=("IN", "WITHOUT"), help="two folders of EAGLE-1 weights "
                         "trained alike, on the answers in the chat template and without it (chapter 11)")
     args = parser.parse_args()
@@ -51,6 +55,11 @@ def main() -> None:
     make, table, t0 = methods(model, found, args.ablation), {}, time.monotonic()
     if args.only_ablation:
         make = {name: m for name, m in make.items() if name in ABLATION}
+    if args.only:
+        unknown = sorted(set(args.only) - set(make))
+        if unknown:
+            raise SystemExit(f"--only {unknown}: the rows are {sorted(make)}")
+        make = {name: m for name, m in make.items() if name in args.only}
     for p in chat.held_out():
         ids = chat.chat_ids(tok, p["prompt"])
         want = measure.hf_generate(model, ids, args.new, eos_token_id=eos).tolist()

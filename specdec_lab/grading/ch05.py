@@ -2,7 +2,7 @@
 
 1. `check_medusa_head`: a head is h + SiLU(W h + b), the identity while W and b are zero, and two heads share
    no parameters; with trained weights it must equal the library's `medusa.MedusaHead` holding the same ones.
-2. `check_medusa_loss`: head k at position t is scored against labels[:, t + k + 2] (`medusa.head_loss`); a
+2. `check_medusa_loss`: head k at position t is scored against labels[:, t + k + 2] (`training.head_loss`); a
    loss matching another shift gets a hint naming the shift.
 3. `check_candidate_tree`: each node (a path of ranks) takes its head's ranked token, its parent is the path
    one shorter (`tree.choices_parents`).
@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from specdec_lab.grading._common import call, check, grader, passed, seeded
-from specdec_lab.medusa import MedusaHead, head_loss
+from specdec_lab.medusa import MedusaHead
+from specdec_lab.training import head_loss
 from specdec_lab.tree import choices_parents
 
 

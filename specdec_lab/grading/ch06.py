@@ -8,7 +8,7 @@ with the library:
 2. `check_expand`: EAGLE-2's expansion step, the k best children by cumulative log-probability
    (`eagle.expand_step`).
 3. `check_ttt_unroll`: EAGLE-3's training-time test, each unrolled step reading the draft's own previous
-   outputs shifted by one, through one cache (`eagle.unroll`); hints for true features, no shift, no cache.
+   outputs shifted by one, through one cache (`training.unroll`); hints for true features, no shift, no cache.
 4. `check_dynamic_tree`: a whole EAGLE-2 tree grown from a deterministic fake draft (`next_logp`, log-probs
    for any path of tokens), against the library's own `EagleDrafter._dynamic` run on the same fake draft;
    trees are compared as sets of token paths (any order with parents first passes); hints for a frontier
@@ -23,7 +23,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from specdec_lab.eagle import EagleDrafter, EagleNet, KVCache, expand_step, ttt_mask, unroll
+from specdec_lab.eagle import EagleDrafter, EagleNet, KVCache, expand_step
+from specdec_lab.training import ttt_mask, unroll
 from specdec_lab.grading._common import call, check, grader, passed, seeded
 
 

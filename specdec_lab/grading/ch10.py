@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import torch
 
-from specdec_lab import bench, checks, zoo
+from specdec_lab import bench, checks, report, zoo
 from specdec_lab.decoding import generate
 from specdec_lab.drafters import DraftModelDrafter, Drafter
 from specdec_lab.grading._common import P_VALUE_MIN, call, check, chi_square, grader, one_thread, passed, seeded
@@ -212,7 +212,7 @@ def check_capstone(make_drafter: Callable, option: str = "A") -> None:
                    "draft model, chain γ=3": ours(lambda: DraftModelDrafter(draft, 3)),
                    "your drafter": ours(lambda: make_drafter(target))}
         rows = bench.run(target, methods, prompts, warmup=1, drafting=())  # times the target's forwards
-    print(bench.format_table(rows))
+    print(report.format_table(rows))
     base, lookup, yours = rows[0], rows[1], rows[-1]
     # 6. the learner's row beside prompt lookup's: where the time goes
     inside = [sum(r.forward_each) for r in (lookup, yours)]  # seconds inside the target's forwards
