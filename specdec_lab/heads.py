@@ -151,9 +151,9 @@ def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int,
 
 
 def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[str]:
-    """The target's own greedy answers to `chat.training_prompts()` (generated once into the user cache, about an
-    hour on a 2-core CPU for SmolLM2-135M-Instruct; a rerun resumes), rendered in its chat template ("chat") or as the bare prompt and
-    answer ("chat-untemplated")."""
+    """The target's own greedy answers to `chat.training_prompts()`, rendered in its chat template ("chat") or as
+    the bare prompt and answer ("chat-untemplated"). The package ships them for SmolLM2-135M-Instruct's GGUF weights
+    (`chat.shipped_answers`); other weights generate theirs once into the user cache (a rerun resumes)."""
     from specdec_lab import chat
     from specdec_lab.zoo import user_cache
 

@@ -33,3 +33,38 @@ def test_a_conversation_is_the_template_around_prompt_and_answer():
 
     rows = [{"prompt": "Say hi.", "answer": "Hi!"}]
     assert chat.conversations(Tok(), rows) == ["<user>Say hi.</user><assistant>Hi!</assistant>"]
+
+
+def test_shipped_answers_start_the_cache_only_for_the_weights_that_wrote_them(tmp_path, monkeypatch):
+    import gzip
+    import json
+
+    from helpers import tiny_llama
+
+    from specdec_lab import training
+
+    model, other = tiny_llama(layers=1, seed=0), tiny_llama(layers=1, seed=1)
+    rows = [{"id": "chat-0", "category": "chat", "prompt": "Say hi.", "answer": "Hi!"}]
+    monkeypatch.setattr(chat, "SHIPPED", tmp_path / "shipped")
+    chat.SHIPPED.mkdir()
+    (chat.SHIPPED / "m.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    (chat.SHIPPED / "m.json").write_text(json.dumps(training.fingerprint(model)))
+    assert not chat.shipped_answers(other, "m", tmp_path / "other.jsonl"), "other weights answer for themselves"
+    assert not (tmp_path / "other.jsonl").exists()
+    assert chat.shipped_answers(model, "m", tmp_path / "mine.jsonl")
+    assert [json.loads(line) for line in (tmp_path / "mine.jsonl").read_text().splitlines()] == rows
+    assert not chat.shipped_answers(model, "m", tmp_path / "mine.jsonl"), "a cache that exists is never overwritten"
+
+
+def test_the_answers_shipped_cover_the_training_prompts():
+    import gzip
+    import json
+
+    files = sorted(chat.SHIPPED.glob("*.jsonl.gz"))
+    assert files, "the package ships the target's answers for the real model"
+    ids = {p["id"]: p["prompt"] for p in chat.training_prompts()}
+    for file in files:
+        rows = [json.loads(line) for line in gzip.decompress(file.read_bytes()).decode().splitlines()]
+        assert {r["id"]: r["prompt"] for r in rows} == ids, f"{file.name}: regenerate it for the current prompts"
+        assert all(r["answer"].strip() for r in rows)
+        assert json.loads(file.with_name(file.name.replace(".jsonl.gz", ".json")).read_text())["target"]
