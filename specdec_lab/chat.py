@@ -271,6 +271,9 @@ PASSAGES_MORE = ["The city's new cycle lanes opened in May. In the first month, 
                  "A good night's rest starts hours before bed: a regular bedtime, a dark and cool room and no "
                  "screens in the last hour help most people fall asleep faster."]
 
+FUNCTION_FORMS = ["Write a Python function that {}.",  # both lists of small coding tasks
+                  "Write a Python function that {}, with a docstring and an example."]
+
 # (category, items, request forms): each item in each form, in this order (a pair fills both braces)
 REQUESTS = [
     ("chat", SUBJECTS, ["Explain {} in simple words.", "Tell me three interesting facts about {}."]),
@@ -279,8 +282,7 @@ REQUESTS = [
     ("chat", CHARACTERS, ["Write a short story about {}."]),
     ("chat", BUSINESSES, ["Suggest three names for {}.", "Write a short advertisement for {}."]),
     ("chat", THINGS[4:], ["Write a haiku about {}."]),
-    ("code", TASKS, ["Write a Python function that {}.", "Write a Python function that {}, with a docstring and an "
-                     "example."]),
+    ("code", TASKS, FUNCTION_FORMS),
     ("code", CONCEPTS, ["In Python, what is the difference between {} and {}?"]),
     ("code", CLASSES, ["Write a Python class for {} ({})."]),
     ("rewrite", SENTENCES, [f"{task} {{}}" for task in ("Fix the grammar:", "Make this more formal:",
@@ -302,8 +304,7 @@ REQUESTS = [
     ("chat", WRITINGS, ["Write {}.", "Write {}, in a friendly tone."]),
     ("chat", PLACES, ["What is the capital of {}, and what is it known for?", "Tell me about the history of {}.",
                       "What food is {} famous for?"]),
-    ("code", TASKS_MORE, ["Write a Python function that {}.", "Write a Python function that {}, with a docstring "
-                          "and an example."]),
+    ("code", TASKS_MORE, FUNCTION_FORMS),
     ("code", PY_HOWTOS, ["How do I {} in Python?"]),
     ("rewrite", SENTENCES_MORE, [f"{task} {{}}" for task in ("Fix the grammar:", "Make this more formal:",
                                                               "Rewrite this to be shorter:", "Make this more casual:",
