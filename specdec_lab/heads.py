@@ -110,8 +110,10 @@ def trained_for(target, tok, method: str, minutes: float = 5.0, **kwargs) -> Pat
 
 
 def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int, seed: int = 0,
-                 val_windows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """(training windows [n, T], validation windows [m, T]) of the target's tokens, T = seq_len.
+                 val_windows: int = 32, answers: bool = False) -> tuple[torch.Tensor, ...]:
+    """(training windows [n, T], validation windows [m, T]) of the target's tokens, T = seq_len; answers=True (a
+    list of `chat.conversations`) adds which positions to score in each, [n, T] and [m, T] bool: those whose next
+    token is the assistant's (`chat.answer_mask`).
 
     data: None for the course corpus (the standard library's modules), a folder whose text files (read
     recursively; binary files skipped) are the corpus, or a list of texts (`chat_texts`; 1 in 20 validates).
@@ -147,13 +149,21 @@ def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int,
     train = torch.stack([streams[0][s: s + seq_len] for s in starts])  # [n, T]
     k = min(val_windows, len(streams[1]) // seq_len)
     val = streams[1][: k * seq_len].view(k, seq_len)  # [k, T] non-overlapping
-    return train, val
+    if not answers:
+        return train, val
+    from specdec_lab.chat import answer_mask
+
+    nxt = [torch.cat([answer_mask(tok, ids)[1:], torch.zeros(1, dtype=torch.bool)]) for ids in streams]  # [L]
+    return train, val, torch.stack([nxt[0][s: s + seq_len] for s in starts]), nxt[1][: k * seq_len].view(k, seq_len)
 
 
 def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[str]:
     """The target's own greedy answers to `chat.training_prompts()`, rendered in its chat template ("chat") or as
-    the bare prompt and answer ("chat-untemplated"). The package ships them for SmolLM2-135M-Instruct's GGUF weights
-    (`chat.shipped_answers`); other weights generate theirs once into the user cache (a rerun resumes)."""
+    the bare prompt and answer ("chat-untemplated"); in the template, the first `chat.SAMPLED` prompts' texts also
+    hold a second conversation, its answer sampled at `chat.TEMPERATURE` (more text of the kind the target writes:
+    each prompt's conversations stay in one text, so a prompt validates or trains, never both). The package ships
+    the answers for SmolLM2-135M-Instruct's GGUF weights (`chat.shipped_answers`); other weights generate theirs
+    once into the user cache (a rerun resumes)."""
     from specdec_lab import chat
     from specdec_lab.zoo import user_cache
 
@@ -165,9 +175,15 @@ def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[s
     if chat.shipped_answers(target, name, file) and progress:
         print(f"the target's answers: the ones shipped for these weights, copied to {file}")
     answers = chat.self_answers(target, tok, chat.training_prompts(), file, progress=progress)
-    if kind == "chat":
-        return chat.conversations(tok, answers)
-    return [f"{a['prompt']}\n\n{a['answer']}" for a in answers]
+    if kind != "chat":
+        return [f"{a['prompt']}\n\n{a['answer']}" for a in answers]
+    file = file.with_name("chat_answers_sampled.jsonl")
+    if chat.shipped_answers(target, name, file, sampled=True) and progress:
+        print(f"the target's sampled answers: the ones shipped for these weights, copied to {file}")
+    sampled = {a["id"]: a for a in chat.self_answers(target, tok, chat.training_prompts(chat.SAMPLED), file,
+                                                     progress=progress, temperature=chat.TEMPERATURE)}
+    return ["".join(chat.conversations(tok, [a] + ([sampled[a["id"]]] if a["id"] in sampled else [])))
+            for a in answers]
 
 
 def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True):
@@ -266,21 +282,26 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     cap = int(CACHE_BYTES // (cfg["seq_len"] * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
     cfg["windows"] = max(1, min(cfg["windows"], cap))
     text = chat_texts(target, tok, data, progress) if data in CHAT_DATA else data
-    x, val = text_windows(tok, text, cfg["windows"], cfg["seq_len"], seed)
+    x, val, *scored = text_windows(tok, text, cfg["windows"], cfg["seq_len"], seed, answers=data == "chat")
     states, best = stored_states(target, x, layers, progress)  # [N, T, S, H] bf16, [N, T]
     v_states, v_best = stored_states(target, val, layers, progress)
+    labels, v_labels = best, v_best  # best[:, t]: the target's choice for token t + 1
+    if scored:  # in the chat template: score only the positions whose next token is the assistant's
+        labels, v_labels = best.masked_fill(~scored[0], -100), v_best.masked_fill(~scored[1], -100)
+        if progress:
+            print(f"{method}: scoring the answers only, {scored[0].float().mean():.0%} of the positions")
     cached = time.monotonic() - t0
     if progress:
         print(f"{method}: cached the target's states over {x.numel():,} tokens in {cached:.0f} s")
     V, Vd = target.config.get_text_config().vocab_size, cfg.pop("draft_vocab", None)
     if Vd and V > 2 * Vd and (method != "medusa" or lm_head == "shared"):  # a large vocabulary: score Vd of it
-        module.use_vocab(vocab.frequent_tokens(best, Vd, always=[tok.eos_token_id] if tok.eos_token_id else []))
+        module.use_vocab(vocab.frequent_tokens(labels[labels >= 0], Vd, always=[tok.eos_token_id] if tok.eos_token_id else []))
         cfg["draft_vocab"] = Vd
-        covered = torch.isin(v_best, module.d2t.cpu()).float().mean().item()
+        covered = torch.isin(v_labels[v_labels >= 0], module.d2t.cpu()).float().mean().item()
         if progress:
             print(f"{method}: draft vocabulary of {Vd:,} of {V:,} tokens; it holds {covered:.1%} of the target's "
                   "choices on the validation text")
-    loss, accuracy = _loss_and_accuracy(module, method, states, x, best)
+    loss, accuracy = _loss_and_accuracy(module, method, states, x, labels)
     checkpoint = out / "checkpoint.pt"
     if deadline is not None and not checkpoint.exists():  # size the run to the budget from a timed step
         g = torch.Generator().manual_seed(seed)
@@ -296,11 +317,11 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     log = training.fit(module, loss, len(x), cfg["steps"], cfg["batch"], cfg["lr"], clip=None if method == "medusa"
                        else 1.0, seed=seed, progress=progress, desc=method, checkpoint=checkpoint, deadline=deadline)
     finished = not checkpoint.exists()
-    acc = accuracy(v_states, val, v_best)  # {k: [top-k agreement with the target, by offset]}
+    acc = accuracy(v_states, val, v_labels)  # {k: [top-k agreement with the target, by offset]}
     card = {**training.fingerprint(target), "method": method, "config": cfg, "labels": "self-distilled",
             "log": log, "finished": finished, "seconds": round(time.monotonic() - t0, 1),
             "threads": torch.get_num_threads(),
-            "val_accuracy_vs_target": [round(a, 4) for a in acc[1]],
+            "val_accuracy_vs_target": [round(a, 4) for a in acc[1]], "scored": "the answers" if scored else "all",
             "data": "the course corpus (Python standard library)" if data is None else str(data)}
     if cfg.get("draft_vocab"):
         card["draft_vocab_coverage"] = round(covered, 4)

@@ -307,7 +307,7 @@ def head_accuracy(heads: nn.Module, hidden: Tensor, labels: Tensor, ks: Sequence
             shift = h + 2
             want = y[:, shift:, None]  # [b, T - shift, 1]
             got = top[h, :, :-shift]  # [b, T - shift, kmax]
-            counts[h] += want.numel()
+            counts[h] += (want >= 0).sum().item()  # a label of -100 is not scored
             for k in ks:
                 hits[k][h] += (got[..., :k] == want).any(-1).sum().item()
     return {k: [hits[k][h] / counts[h] for h in range(heads.num_heads)] for k in ks}
@@ -423,5 +423,5 @@ def eagle_accuracy(net: nn.Module, states: Tensor, x: Tensor, labels: Tensor, de
         for i, o in enumerate(outs):
             pred = net.logits(o[:, i:]).argmax(-1)  # [b, T-1-i]
             hits[i] += (pred == yy[:, 1 + i:]).sum().item()
-            counts[i] += pred.numel()
+            counts[i] += (yy[:, 1 + i:] >= 0).sum().item()  # a label of -100 is not scored
     return [h / c for h, c in zip(hits, counts)]

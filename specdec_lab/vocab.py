@@ -34,7 +34,7 @@ def scatter(small: Tensor, d2t: Tensor, vocab: int) -> Tensor:
 
 
 def to_draft(labels: Tensor, d2t: Tensor, vocab: int) -> Tensor:
-    """Token ids [..] -> draft indices [..]; -100 for tokens outside the draft vocabulary."""
+    """Token ids [..] -> draft indices [..]; -100 for tokens outside the draft vocabulary (and for -100, unscored)."""
     t2d = torch.full((vocab,), -100, dtype=torch.long, device=labels.device)  # [V]
     t2d[d2t.to(labels.device)] = torch.arange(len(d2t), device=labels.device)
-    return t2d[labels]
+    return t2d[labels.clamp(min=0)].masked_fill(labels < 0, -100)

@@ -54,6 +54,10 @@ def test_shipped_answers_start_the_cache_only_for_the_weights_that_wrote_them(tm
     assert chat.shipped_answers(model, "m", tmp_path / "mine.jsonl")
     assert [json.loads(line) for line in (tmp_path / "mine.jsonl").read_text().splitlines()] == rows
     assert not chat.shipped_answers(model, "m", tmp_path / "mine.jsonl"), "a cache that exists is never overwritten"
+    again = [{**rows[0], "answer": "Hello there!"}]  # the sampled answers: their own file, the same fingerprint
+    (chat.SHIPPED / "m-sampled.jsonl.gz").write_bytes(gzip.compress((json.dumps(again[0]) + "\n").encode()))
+    assert chat.shipped_answers(model, "m", tmp_path / "sampled.jsonl", sampled=True)
+    assert [json.loads(line) for line in (tmp_path / "sampled.jsonl").read_text().splitlines()] == again
 
 
 def test_the_answers_shipped_cover_the_training_prompts():
@@ -61,10 +65,15 @@ def test_the_answers_shipped_cover_the_training_prompts():
     import json
 
     files = sorted(chat.SHIPPED.glob("*.jsonl.gz"))
-    assert files, "the package ships the target's answers for the real model"
-    ids = {p["id"]: p["prompt"] for p in chat.training_prompts()}
+    assert len(files) == 2, "the package ships the target's greedy and sampled answers for the real model"
     for file in files:
+        sampled = file.name.endswith("-sampled.jsonl.gz")
+        ids = {p["id"]: p["prompt"] for p in chat.training_prompts(chat.SAMPLED if sampled else None)}
         rows = [json.loads(line) for line in gzip.decompress(file.read_bytes()).decode().splitlines()]
         assert {r["id"]: r["prompt"] for r in rows} == ids, f"{file.name}: regenerate it for the current prompts"
         assert all(r["answer"].strip() for r in rows)
-        assert json.loads(file.with_name(file.name.replace(".jsonl.gz", ".json")).read_text())["target"]
+        name = file.name.replace("-sampled", "").replace(".jsonl.gz", ".json")
+        assert json.loads(file.with_name(name).read_text())["target"]
+    greedy, sampled = ({r["id"]: r["answer"] for r in map(json.loads, gzip.decompress(f.read_bytes()).splitlines())}
+                       for f in sorted(files, key=lambda f: "-sampled" in f.name))
+    assert sum(sampled[i] != greedy[i] for i in sampled) > 0.9 * len(sampled), "sampling wrote other answers"

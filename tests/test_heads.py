@@ -8,15 +8,17 @@ budget stops a run and keeps its checkpoint; a rerun resumes it exactly. (The si
 the same heads in test_architectures.py.)
 """
 import json
+import re
 import shutil
 import sysconfig
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_llama
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from specdec_lab import EagleDrafter, MedusaDrafter, generate, heads, training, zoo
+from specdec_lab import EagleDrafter, MedusaDrafter, eagle, generate, heads, training, zoo
 from specdec_lab.__main__ import main
 
 VOCAB = 4096  # the zoo's tokenizer: a byte-level BPE, which AutoTokenizer loads back from the target's folder
@@ -278,3 +280,62 @@ def test_training_windows_tile_the_text_without_overlap():
     assert train.shape == (tiles, 32) and train.unique().numel() == train.numel(), "windows overlap"
     more, _ = heads.text_windows(Numbering(), texts, tiles + 100, 32)
     assert more.shape == (tiles + 100, 32) and more.unique().numel() < more.numel(), "past the tiles, text repeats"
+
+
+class ChatMarks:
+    """A ChatML-like tokenizer for tests: "<s>" and "<e>" are one token each (1 and 2), every other character its
+    code point; a conversation is "<s>role\\ncontent<e>\\n" per message."""
+    eos_token_id, chat_template = 2, "chatml"
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        text = "".join(f"<s>{m['role']}\n{m['content']}<e>\n" for m in messages)
+        return text + ("<s>assistant\n" if add_generation_prompt else "")
+
+    def encode(self, text):
+        parts = re.split(r"(<s>|<e>)", text)
+        return [t for p in parts if p for t in ([1] if p == "<s>" else [2] if p == "<e>" else map(ord, p))]
+
+    def __call__(self, texts, add_special_tokens=False, verbose=False):
+        return {"input_ids": self.encode(texts) if isinstance(texts, str) else [self.encode(t) for t in texts]}
+
+
+def test_chat_training_scores_only_the_positions_whose_next_token_is_the_assistants():
+    from specdec_lab import chat
+
+    tok = ChatMarks()
+    rows = [{"prompt": f"question {i}?", "answer": f"answer {i}" + "!" * (i % 7)} for i in range(400)]
+    texts = chat.conversations(tok, rows)
+    ids = torch.tensor(tok(texts[0])["input_ids"])
+    inside = chat.answer_mask(tok, ids)
+    assert "".join(chr(t) for t in ids[inside].tolist() if t > 2) == "answer 0" and ids[inside][-1] == 2, \
+        "the answer and its end-of-turn token, nothing of the system, the user or the header"
+    train, val, scored, v_scored = heads.text_windows(tok, texts, 50, 32, answers=True)
+    assert scored.shape == train.shape and v_scored.shape == val.shape
+    for x, s in ((train, scored), (val, v_scored)):  # scored[t]: token t + 1 is the assistant's
+        nxt, rest = x[:, 1:][s[:, :-1]].tolist(), x[:, 1:][~s[:, :-1]].tolist()
+        assert {chr(t) for t in nxt if t > 2} <= set("answer 0123456789!") and 2 in nxt and 1 not in nxt
+        assert ord("?") in rest and ord("q") in rest and 1 in rest, "the question and the header are not scored"
+        assert s.float().mean() < 0.6, "the question and the header are not scored"
+    with pytest.raises(ValueError, match="chat template"):
+        class Flat(ChatMarks):
+            def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+                return " ".join(m["content"] for m in messages)
+        chat.answer_mask(Flat(), ids)
+
+
+def test_unscored_labels_stay_unscored_in_the_draft_vocabulary_and_in_accuracy():
+    from specdec_lab import vocab
+
+    d2t = torch.tensor([3, 5, 7])
+    assert vocab.to_draft(torch.tensor([5, -100, 4, 7]), d2t, 10).tolist() == [1, -100, -100, 2]
+    target = tiny_llama(layers=1)
+    net = eagle.EagleNet(target, 1, heads=2, mlp=32)
+    x = torch.randint(0, target.config.vocab_size, (2, 12))
+    states, best = training.cache_states(target, x)
+    full = training.eagle_accuracy(net, states.float(), x, best, depth=1)[0]
+    half = best.clone()
+    half[:, ::2] = -100
+    some = training.eagle_accuracy(net, states.float(), x, half, depth=1)[0]
+    hits = (net.logits(net(states[:, :-1, -1].float(), x[:, 1:], torch.arange(11))).argmax(-1) == best[:, 1:])
+    assert full == pytest.approx(hits.float().mean().item())
+    assert some == pytest.approx(hits[:, 1::2].float().mean().item()), "only the scored positions count"
