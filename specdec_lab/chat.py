@@ -38,7 +38,7 @@ __all__ = ["CATEGORIES", "HELD_OUT", "held_out", "training_prompts", "chat_ids",
 CATEGORIES = ("chat", "code", "rewrite")
 HELD_OUT = Path(__file__).parent / "data" / "chat_prompts.json"
 SHIPPED = Path(__file__).parent / "data" / "chat_answers"  # the target's answers, for the weights that ship a wheel
-SAMPLED, TEMPERATURE = 1152, 0.7  # the first SAMPLED training prompts get a second answer, sampled at TEMPERATURE
+TEMPERATURE = 0.7  # every training prompt also gets a second answer, sampled at TEMPERATURE
 
 EVERYDAY = ["staying focused while studying", "learning a new language", "sleeping better", "saving money",
             "writing a good email", "preparing for a job interview", "keeping a plant alive", "running a meeting",

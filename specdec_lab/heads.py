@@ -159,9 +159,9 @@ def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int,
 
 def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[str]:
     """The target's own greedy answers to `chat.training_prompts()`, rendered in its chat template ("chat") or as
-    the bare prompt and answer ("chat-untemplated"); in the template, the first `chat.SAMPLED` prompts' texts also
-    hold a second conversation, its answer sampled at `chat.TEMPERATURE` (more text of the kind the target writes:
-    each prompt's conversations stay in one text, so a prompt validates or trains, never both). The package ships
+    the bare prompt and answer ("chat-untemplated"); in the template, each prompt's text also holds a second
+    conversation, its answer sampled at `chat.TEMPERATURE` (more text of the kind the target writes; the two
+    conversations stay in one text, so a prompt validates or trains, never both). The package ships
     the answers for SmolLM2-135M-Instruct's GGUF weights (`chat.shipped_answers`); other weights generate theirs
     once into the user cache (a rerun resumes)."""
     from specdec_lab import chat
@@ -180,10 +180,9 @@ def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[s
     file = file.with_name("chat_answers_sampled.jsonl")
     if chat.shipped_answers(target, name, file, sampled=True) and progress:
         print(f"the target's sampled answers: the ones shipped for these weights, copied to {file}")
-    sampled = {a["id"]: a for a in chat.self_answers(target, tok, chat.training_prompts(chat.SAMPLED), file,
-                                                     progress=progress, temperature=chat.TEMPERATURE)}
-    return ["".join(chat.conversations(tok, [a] + ([sampled[a["id"]]] if a["id"] in sampled else [])))
-            for a in answers]
+    sampled = chat.self_answers(target, tok, chat.training_prompts(), file, progress=progress,
+                                temperature=chat.TEMPERATURE)  # in the same order as answers
+    return ["".join(chat.conversations(tok, pair)) for pair in zip(answers, sampled)]
 
 
 def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True):
