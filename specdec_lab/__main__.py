@@ -71,8 +71,9 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--device", type=device_name, help="cpu, cuda, mps ... (default: cuda when available, "
                         "else cpu)")
     parser.add_argument("--dtype", type=dtype_name, help="float32, bfloat16 or float16 (default: float32 on a CPU "
-                        "and for local folders, the GPU's half precision for Hub models). In half precision a "
-                        "greedy mismatch at a near-tie of the target's logits is reported as a tie, not a bug")
+                        "and for local folders, the GPU's half precision for Hub models; with --target, bfloat16 "
+                        "where the hardware does it natively, else float32). In half precision a greedy mismatch at "
+                        "a near-tie of the target's logits is reported as a tie, not a bug")
     parser.add_argument("--temperatures", type=temperature_list, help="comma-separated; 0 = greedy (default 0,0.7)")
     parser.add_argument("--json", type=output_file, help="write the results here as JSON (with the run's settings "
                         "and versions); missing folders are created")
@@ -98,9 +99,9 @@ def bench_arguments(parser) -> None:
 
 def check_bench(parser, args) -> None:
     """The checks that involve two flags (parser.error exits with a one-line message)."""
-    if args.target and (args.pair != "tiny" or args.method != "all" or args.batch or args.dtype):
-        parser.error("--target runs the showdown (--method all) of a real model in float32 at batch 1: leave out "
-                     "--pair, --method, --batch and --dtype")
+    if args.target and (args.pair != "tiny" or args.method != "all" or args.batch):
+        parser.error("--target runs the showdown (--method all) of a real model at batch 1: leave out "
+                     "--pair, --method and --batch")
     if args.category in ("edit", "doc") and args.target or args.category in ("chat", "rewrite") and not args.target:
         parser.error(f"--category {args.category} is not a category of {'--target' if args.target else 'the pair'}'s "
                      "prompts: code, edit, doc for a pair; chat, code, rewrite for --target")
@@ -329,7 +330,10 @@ def _meta(args, target, prompts: list, temperatures: list, **extra) -> dict:
     import torch
     import transformers
 
-    return dict(pair=args.pair, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+    from specdec_lab import precision
+
+    cpu = {"cpu": precision.cpu_name()} if target.device.type == "cpu" else {}
+    return dict(pair=args.pair, device=str(target.device), **cpu, dtype=str(target.dtype).removeprefix("torch."),
                 threads=torch.get_num_threads(), prompts=len(prompts), **extra,
                 category=args.category or "all", max_new_tokens=args.max_new_tokens, temperatures=temperatures,
                 torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
@@ -357,11 +361,16 @@ def bench_all(args) -> int:
     if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
         from specdec_lab import zoo
 
-        target, draft, tok = zoo.load_pair(args.target, device=args.device)  # its first layers draft
+        from specdec_lab import precision
+
+        device = zoo.check_device(args.device or zoo.default_device())
+        dtype = args.dtype or precision.decoding_dtype(device)  # bf16 where native: a pass over a few tokens ~ a step
+        target, draft, tok = zoo.load_pair(args.target, device=device, dtype=dtype)  # its first layers draft
         held = sorted(chat.held_out(args.category), key=lambda p: int(p["id"].rsplit("-", 1)[1]))  # categories take turns
         prompts, template = held[:args.limit], True
         args.pair = args.target
-        print(f"the draft model: {args.target}'s first {zoo.EARLY_EXIT} layers (an early exit, untrained)")
+        print(f"the draft model: {args.target}'s first {zoo.EARLY_EXIT} layers (an early exit, untrained); "
+              f"{precision.cpu_name() if device == 'cpu' else device}")
     else:
         target, draft, tok = _load(args)
         prompts, template = load_prompts(args.category)[:args.limit], False
@@ -373,7 +382,8 @@ def bench_all(args) -> int:
           f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
     try:
         results = bench.showdown(target, draft, tok, prompts, temperatures, args.max_new_tokens,
-                                 progress=True, gamma=args.gamma, auto=args.auto, template=template)
+                                 progress=True, gamma=args.gamma, auto=args.auto, template=template,
+                                 small_tree=bool(args.target))
     except bench.Interrupted as stop:
         return _save_partial(stop.partial, meta, args)
     for T in temperatures:

@@ -69,7 +69,8 @@ TEMPERATURES = (0.0, 0.7)  # greedy, and the sampling temperature of the showdow
 
 def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float = 0.0, eos_token_id=None,
                      gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1), heads: dict | None = None,
-                     drafting: list | None = None, auto: bool = False) -> dict[str, Method | str]:
+                     drafting: list | None = None, auto: bool = False, small_tree: bool = False
+                     ) -> dict[str, Method | str]:
     """Every method of the course at one temperature: {name: method, or a string saying why it cannot run}.
 
     The settings are the chapters' defaults for the zoo pair: draft chain γ=3 (03: near the peak of the measured
@@ -82,6 +83,8 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     auto: also the tuned settings (`tune`, chapter 08 section 7), each after its default: the draft model's chain
     and tree (`tune.auto_draft_model`), EAGLE-2's and EAGLE-3's dynamic trees (`tune.auto_eagle`). The tuner
     measures this device here, before any timing, and each name says what it picked.
+    small_tree: also EAGLE-2's dynamic tree cut to 10 nodes in 4 levels (top-4), sized for a CPU, where every node
+    adds to the price of the pass (chapter 11; `bench --target` runs it).
     """
     from specdec_lab import measure, tune
     from specdec_lab.decoding import generate
@@ -128,9 +131,13 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
         methods[f"Medusa, {len(MedusaDrafter(medusa).choices)}-node tree"] = ours(lambda: MedusaDrafter(medusa))
     else:
         methods["Medusa, 24-node tree"] = trained.missing(target, "medusa")
-    for name, method, make in [("EAGLE-1, chain γ=4", "eagle1", lambda net: EagleDrafter(net, [1, 1, 1, 1])),
-                               ("EAGLE-2, dynamic tree", "eagle1", lambda net: EagleDrafter(net, dynamic=True)),
-                               ("EAGLE-3, dynamic tree", "eagle3", lambda net: EagleDrafter(net, dynamic=True))]:
+    eagles = [("EAGLE-1, chain γ=4", "eagle1", lambda net: EagleDrafter(net, [1, 1, 1, 1])),
+              ("EAGLE-2, dynamic tree", "eagle1", lambda net: EagleDrafter(net, dynamic=True)),
+              ("EAGLE-3, dynamic tree", "eagle3", lambda net: EagleDrafter(net, dynamic=True))]
+    if small_tree:
+        eagles.insert(2, ("EAGLE-2, dynamic tree of 10, depth 4", "eagle1",
+                          lambda net: EagleDrafter(net, dynamic=True, topk=4, depth=4, budget=10)))
+    for name, method, make in eagles:
         net = nets.get(method)
         methods[name] = ours(lambda make=make, net=net: make(net)) if net else trained.missing(target, method)
         if auto and net and "dynamic" in name:

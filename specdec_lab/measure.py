@@ -6,7 +6,7 @@ ranks among a draft's guesses (`draft_ranks`, `hit_rates`), and what a draft tre
     c    = time of one cached 1-token draft forward / time of one cached 1-token target forward
     v(n) = time of one cached n-token target forward / time of one cached 1-token target forward   (v(1) = 1)
 
-Both at the same context (128 tokens by default), on one torch thread. A speculative round with a chain of γ
+Both at the same context (128 tokens by default), on one torch thread unless told otherwise. A speculative round with a chain of γ
 drafts then costs γ·c + v(γ + 1) target steps (chapter 02). Two ways to take the times, always named:
 
 - "loop" (the default, what the speedup formula needs): the models take turns, as in the decoding loop, so
@@ -24,6 +24,7 @@ repeats on a busy machine, where a median does not. `best_times` is that timer, 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 
@@ -31,18 +32,19 @@ import torch
 
 from specdec_lab import lm
 
-__all__ = ["PATTERNS", "forward_costs", "best_times", "cost_ratios", "ForwardTimer", "hf_generate", "draft_ranks",
-           "hit_rates", "topk_hit_rates", "measure_tree"]
+__all__ = ["PATTERNS", "forward_costs", "best_times", "cost_ratios", "ForwardTimer", "bandwidth", "product_rates",
+           "cpu_roofline", "step_profile", "hf_generate", "draft_ranks", "hit_rates", "topk_hit_rates", "measure_tree"]
 
 PATTERNS = ("loop", "bench")
 
 
 @torch.inference_mode()
 def forward_costs(models: dict, ns: Iterable[int] = (1,), context: int = 128, rounds: int = 40,
-                  pattern: str = "loop", seed: int = 0, batch: int = 1) -> dict[tuple[str, int], float]:
+                  pattern: str = "loop", seed: int = 0, batch: int = 1, threads: int = 1) -> dict[tuple[str, int], float]:
     """{(name, n): milliseconds} of one cached forward over n new tokens after `context` tokens: the minimum
     over `rounds` interleaved rounds (after one warm-up round).
 
+    threads: torch threads to time on (1 by default; time at the thread count the decoding you predict runs at).
     batch: requests decoded together, each with its own `context` tokens and n new ones per call (a server's
     batch: v(n) and c at batch B are the ratios of these times, as in economics.Roofline.step_time(B, n)).
 
@@ -92,12 +94,8 @@ def forward_costs(models: dict, ns: Iterable[int] = (1,), context: int = 128, ro
                 last = name
                 yield (name, n), lambda name=name, n=n: forward(name, n)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _threads(threads):
         return best_times(schedule, rounds, device, after=crop)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def best_times(schedule, rounds: int, device=None, after=None) -> dict:
@@ -178,6 +176,104 @@ class ForwardTimer:
         for h in self.handles:
             h.remove()
         self.handles, self.depth = [], 0
+
+
+# ---- this machine's own roofline (chapter 11): bandwidth, the product rate by n, where one step's time goes ------
+
+
+@contextlib.contextmanager
+def _threads(threads: int):
+    """Run the body on `threads` torch threads, then restore the count."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+@torch.inference_mode()
+def bandwidth(megabytes: int = 1024, rounds: int = 5, threads: int = 1) -> float:
+    """Bytes per second this machine streams from memory: a sum over an fp32 tensor of `megabytes` (larger than the
+    last-level cache: the default 1 GB is), the best of `rounds` reads. The roofline's BW for this CPU."""
+    x = torch.ones(megabytes * 2**20 // 4)  # [n] fp32, written once so its pages exist
+    with _threads(threads):
+        t = best_times(lambda r: [("read", x.sum)], rounds)["read"] / 1e3  # seconds
+    return x.numel() * 4 / t
+
+
+@torch.inference_mode()
+def product_rates(ns: Iterable[int] = (1, 2, 4, 8, 16, 32, 64), dtype: torch.dtype = torch.float32,
+                  shape: tuple[int, int] = (576, 1536), rounds: int = 20, threads: int = 1) -> dict[int, float]:
+    """{n: FLOP per second} of an n-token linear layer x [n, K] @ W [K, N] in `dtype`, its weights in cache (the
+    default shape is one of SmolLM2-135M's MLP projections, 3.5 MB in fp32): the rate the arithmetic itself runs at.
+    Small n is a matrix-vector product held back by reading W; the largest n nears the CPU's peak in that dtype."""
+    K, N = shape
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(N, K, generator=gen).to(dtype)  # [N, K] as nn.Linear stores it
+    xs = {n: torch.randn(n, K, generator=gen).to(dtype) for n in ns}  # [n, K]
+    calls = [(n, lambda n=n: torch.nn.functional.linear(xs[n], w)) for n in ns]  # [n, N]
+    with _threads(threads):
+        ms = best_times(lambda r: calls, rounds)
+    return {n: 2 * n * K * N / (ms[n] / 1e3) for n in ns}
+
+
+def cpu_roofline(model, bw: float, rates: dict[int, float], overhead: float = 0.0):
+    """economics.Roofline for `model` on this CPU: the measured bandwidth `bw` (bytes/s) and, as peak, the best
+    measured product rate (FLOP/s, efficiency 1: it is what this library reaches, not a data sheet's figure)."""
+    from specdec_lab.economics import Roofline
+
+    params = sum(p.numel() for p in model.parameters())
+    size = next(model.parameters()).element_size()
+    return Roofline(params=params, bandwidth=bw, peak_flops=max(rates.values()), bytes_per_param=size,
+                    context=0, efficiency=1.0, overhead=overhead)
+
+
+@torch.inference_mode()
+def step_profile(model, n: int = 1, context: int = 128, rounds: int = 5, threads: int = 1) -> dict[str, float]:
+    """Where one cached forward over n tokens spends its time: {part: milliseconds}, the best of `rounds`.
+
+    "layers' linears" (q, k, v, o and the MLP's three projections of every layer), "LM head", and "everything else"
+    (attention, norms, rotary positions, masks, and the Python between the kernels), with "total". Forward hooks
+    on every nn.Linear time the products; the hooks themselves add a few microseconds each to "everything else".
+    """
+    head = model.get_output_embeddings()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    spent = {"layers' linears": 0.0, "LM head": 0.0}
+    started: dict[int, float] = {}
+
+    def enter(module, args):
+        started[id(module)] = time.perf_counter()
+
+    def leave(part):
+        def hook(module, args, out):
+            spent[part] += time.perf_counter() - started[id(module)]
+        return hook
+
+    handles = [m.register_forward_pre_hook(enter) for m in linears + [head]]
+    handles += [m.register_forward_hook(leave("layers' linears")) for m in linears]
+    handles.append(head.register_forward_hook(leave("LM head")))
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (1, context + n), generator=gen)  # [1, context + n]
+    device = next(model.parameters()).device
+    cache = lm.new_cache(model)
+    best: dict[str, float] = {}
+    try:
+        with _threads(threads):
+            lm.forward(model, ids[:, :context].to(device), cache)
+            for r in range(rounds + 1):
+                spent.update({k: 0.0 for k in spent})
+                t0 = time.perf_counter()
+                lm.forward(model, ids[:, context:].to(device), cache)  # [1, n, V]
+                total = time.perf_counter() - t0
+                lm.crop(cache, context)
+                parts = dict(spent, **{"everything else": total - sum(spent.values()), "total": total})
+                if r and parts["total"] < best.get("total", float("inf")) / 1e3:  # round 0 warms up
+                    best = {k: 1e3 * v for k, v in parts.items()}
+    finally:
+        for h in handles:
+            h.remove()
+    return best
 
 
 # ---- Hugging Face's own generate: the baseline every decoder of the course is compared with ------------------

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import platform
 import time
 
 import torch
 
-__all__ = ["PRECISIONS", "cpu_bf16_is_native", "training_dtype", "autocast"]
+__all__ = ["PRECISIONS", "cpu_bf16_is_native", "training_dtype", "decoding_dtype", "cpu_name", "autocast"]
 
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -65,6 +66,31 @@ def training_dtype(device: torch.device | str, precision: str = "auto") -> torch
         return torch.bfloat16
     native = cpu_bf16_is_native() if kind == "cpu" else torch.cuda.is_bf16_supported()
     return torch.bfloat16 if native else torch.float32
+
+
+@functools.cache
+def cpu_name() -> str:
+    """This CPU as timings should name it: its model name and whether bf16 is native here, e.g. "AMD EPYC 9R14
+    (native bf16)" or "Intel(R) Core(TM) i7-8650U (bf16 emulated)"."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:  # not Linux: platform's answer
+        pass
+    return f"{name} ({'native' if cpu_bf16_is_native() else 'emulated'} bf16)"
+
+
+def decoding_dtype(device: torch.device | str) -> torch.dtype:
+    """The dtype a real model's weights decode in on `device` (chapter 11, `bench --target`): bfloat16 where the
+    hardware multiplies it natively, else float32.
+
+    On a CPU at batch 1 a pass over a few tokens costs 1.5-2 steps in fp32 but about one step in native bf16 (its
+    matrix products stay cheap up to 8-16 rows: `measure.product_rates`), which is what speculation needs. The
+    price: bf16 rounds an n-token pass differently from one-token steps, so greedy outputs may part at near-ties of
+    the logits (`identity.compare` counts them as ties, not bugs); fp32 stays the exact reference.
+    """
+    return training_dtype(device, "auto")
 
 
 def autocast(device: torch.device | str, precision: str = "auto"):

@@ -49,3 +49,54 @@ def test_training_takes_the_same_path(monkeypatch, native):
     train_heads(heads, hidden, labels, steps=1, batch=2, progress=False)
     train_heads(heads, hidden, labels, steps=1, batch=2, progress=False, precision="fp32")
     assert seen == [native, False], f"autocast on in (auto, fp32) runs: {seen}, want {[native, False]}"
+
+
+# ---- what the real model decodes in (chapter 11, bench --target): a row of a pass must not depend on its neighbours
+
+def int8_dynamic_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Dynamic int8 quantization as torch's quantize_dynamic does it: ONE activation scale for the whole input
+    x [n, K] (its largest magnitude / 127), one scale per weight row; y [n, N] = (x_q @ w_q.T) · scales."""
+    sx = x.abs().max() / 127                                       # over every row of the pass
+    sw = w.abs().amax(1, keepdim=True) / 127                        # [N, 1]
+    return (torch.round(x / sx) @ torch.round(w / sw).T) * sx * sw.T
+
+
+def rows_alone_and_together(linear, x: torch.Tensor) -> float:
+    """The most any row of linear(x) [n, N] differs from the same row computed alone, relative to the outputs' size."""
+    together = linear(x)
+    alone = torch.cat([linear(x[i:i + 1]) for i in range(len(x))])
+    return ((together - alone).abs().max() / together.abs().mean()).item()
+
+
+def test_a_scale_over_the_whole_pass_makes_a_row_depend_on_its_neighbours():
+    """The rule the chosen weights must avoid: with one activation scale over the pass, a drafted token with large
+    activations changes the verified logits of the tokens before it, so a pass over n tokens is not n steps."""
+    gen = torch.Generator().manual_seed(0)
+    w, x = torch.randn(256, 576, generator=gen) / 24, torch.randn(8, 576, generator=gen)  # [N, K], [n, K]
+    x[5] *= 8                                                      # one token with large activations
+    exact = rows_alone_and_together(lambda z: z @ w.T, x)
+    broken = rows_alone_and_together(lambda z: int8_dynamic_linear(z, w), x)
+    assert exact < 1e-5, f"fp32 rows should agree to summation order, differ by {exact:.2g}"
+    assert broken > 1e-2, f"a pass-wide int8 scale should move a row's output, moved it by only {broken:.2g}"
+
+
+@pytest.mark.parametrize("shape", [(576, 576), (192, 576), (1536, 576), (576, 1536)])  # SmolLM2-135M's layers
+def test_the_chosen_weights_keep_each_row_its_own(shape):
+    """In the dtype `decoding_dtype` picks here, row i of an n-token product equals the row computed alone, to the
+    product's own rounding: the pass over a draft scores each token as a one-token step would."""
+    dtype = precision.decoding_dtype("cpu")
+    gen = torch.Generator().manual_seed(0)
+    N, K = shape
+    w = (torch.randn(N, K, generator=gen) / K**0.5).to(dtype)      # [N, K] as nn.Linear stores it
+    x = torch.randn(8, K, generator=gen).to(dtype)                  # [n, K]
+    x[5] *= 8
+    drift = rows_alone_and_together(lambda z: torch.nn.functional.linear(z, w).float(), x)
+    bound = 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps  # fp32's summation order; one bf16 rounding
+    assert drift <= bound, (f"in {dtype} a row of an 8-token product moved by {drift:.2g} with its neighbours, more "
+                            f"than rounding ({bound:.2g}): passes over a draft would not score tokens as steps do")
+
+
+def test_decoding_dtype_and_the_cpu_name():
+    want = torch.bfloat16 if precision.cpu_bf16_is_native() else torch.float32
+    assert precision.decoding_dtype("cpu") == want
+    assert precision.cpu_name().endswith(("(native bf16)", "(emulated bf16)"))
