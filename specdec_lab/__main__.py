@@ -359,9 +359,7 @@ def bench_all(args) -> int:
     from specdec_lab.prompts import load_prompts
 
     if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
-        from specdec_lab import zoo
-
-        from specdec_lab import precision
+        from specdec_lab import precision, zoo
 
         device = zoo.check_device(args.device or zoo.default_device())
         dtype = args.dtype or precision.decoding_dtype(device)  # bf16 where native: a pass over a few tokens ~ a step

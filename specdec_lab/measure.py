@@ -6,8 +6,8 @@ ranks among a draft's guesses (`draft_ranks`, `hit_rates`), and what a draft tre
     c    = time of one cached 1-token draft forward / time of one cached 1-token target forward
     v(n) = time of one cached n-token target forward / time of one cached 1-token target forward   (v(1) = 1)
 
-Both at the same context (128 tokens by default), on one torch thread unless told otherwise. A speculative round with a chain of γ
-drafts then costs γ·c + v(γ + 1) target steps (chapter 02). Two ways to take the times, always named:
+Both at the same context (128 tokens by default), on one torch thread unless told otherwise. A speculative
+round with a chain of γ drafts then costs γ·c + v(γ + 1) target steps (chapter 02). Two ways to take the times, always named:
 
 - "loop" (the default, what the speedup formula needs): the models take turns, as in the decoding loop, so
   each call finds the caches as cold as the loop leaves them. On a CPU this makes a small draft look dearer.
@@ -33,7 +33,7 @@ import torch
 from specdec_lab import lm
 
 __all__ = ["PATTERNS", "forward_costs", "best_times", "cost_ratios", "ForwardTimer", "bandwidth", "product_rates",
-           "cpu_roofline", "step_profile", "hf_generate", "draft_ranks", "hit_rates", "topk_hit_rates", "measure_tree"]
+           "predicted_v", "pass_against_steps", "step_profile", "hf_generate", "draft_ranks", "hit_rates", "topk_hit_rates", "measure_tree"]
 
 PATTERNS = ("loop", "bench")
 
@@ -218,15 +218,34 @@ def product_rates(ns: Iterable[int] = (1, 2, 4, 8, 16, 32, 64), dtype: torch.dty
     return {n: 2 * n * K * N / (ms[n] / 1e3) for n in ns}
 
 
-def cpu_roofline(model, bw: float, rates: dict[int, float], overhead: float = 0.0):
-    """economics.Roofline for `model` on this CPU: the measured bandwidth `bw` (bytes/s) and, as peak, the best
-    measured product rate (FLOP/s, efficiency 1: it is what this library reaches, not a data sheet's figure)."""
-    from specdec_lab.economics import Roofline
+def predicted_v(params: int, bytes_per_param: int, bw: float, rates: dict[int, float], other_ms: float
+                ) -> dict[int, float]:
+    """{n: v(n)} a roofline built from this CPU's measurements predicts: the linear layers take
+    max(2·N·n / rate(n), N·b / bw) (the arithmetic at the product rate measured at n, or reading the weights once),
+    everything else takes `other_ms` at every n (what `step_profile` gave for one token). Pass the peak rate at
+    every n for the classic roofline."""
+    linear = {n: max(2 * params * n / rate, params * bytes_per_param / bw) * 1e3 for n, rate in rates.items()}  # ms
+    return {n: (linear[n] + other_ms) / (linear[min(rates)] + other_ms) for n in rates}
 
-    params = sum(p.numel() for p in model.parameters())
-    size = next(model.parameters()).element_size()
-    return Roofline(params=params, bandwidth=bw, peak_flops=max(rates.values()), bytes_per_param=size,
-                    context=0, efficiency=1.0, overhead=overhead)
+
+@torch.inference_mode()
+def pass_against_steps(model, n: int = 8, context: int = 128) -> dict:
+    """Row i of one cached n-token pass against n cached one-token steps after the same `context` random tokens:
+    {"max_logit_diff", "argmax_equal", "rows"}. fp32 differs by summation order only; bf16 by its rounding."""
+    device = next(model.parameters()).device
+    ids = torch.randint(0, model.config.vocab_size, (1, context + n), generator=torch.Generator().manual_seed(1))
+    ids = ids.to(device)
+
+    def after_context():
+        cache = lm.new_cache(model)
+        lm.forward(model, ids[:, :context], cache)
+        return cache
+
+    whole = lm.forward(model, ids[:, context:], after_context())[0]                               # [n, V]
+    cache = after_context()
+    steps = torch.cat([lm.forward(model, ids[:, context + i:context + i + 1], cache)[0] for i in range(n)])  # [n, V]
+    return {"max_logit_diff": (whole - steps).abs().max().item(),
+            "argmax_equal": int((whole.argmax(-1) == steps.argmax(-1)).sum()), "rows": n}
 
 
 @torch.inference_mode()

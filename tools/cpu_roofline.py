@@ -14,23 +14,9 @@ import time
 
 import torch
 
-from specdec_lab import lm, measure, precision, zoo
+from specdec_lab import measure, precision, zoo
 
 NS = (1, 2, 3, 4, 5, 8, 11, 16, 32, 64)
-
-
-def row_check(model, n: int = 8, context: int = 128) -> dict:
-    """Row i of one n-token pass against n one-token steps after the same context (random tokens)."""
-    ids = torch.randint(0, model.config.vocab_size, (1, context + n), generator=torch.Generator().manual_seed(1))
-    with torch.inference_mode():
-        cache = lm.new_cache(model)
-        lm.forward(model, ids[:, :context], cache)
-        whole = lm.forward(model, ids[:, context:], cache)[0]                               # [n, V]
-        cache = lm.new_cache(model)
-        lm.forward(model, ids[:, :context], cache)
-        steps = torch.cat([lm.forward(model, ids[:, context + i:context + i + 1], cache)[0] for i in range(n)])
-    return {"max_logit_diff": (whole - steps).abs().max().item(),
-            "argmax_equal": int((whole.argmax(-1) == steps.argmax(-1)).sum()), "rows": n}
 
 
 def main() -> None:
@@ -57,10 +43,8 @@ def main() -> None:
             v = {n: ms["target", n] / ms["target", 1] for n in NS}
             prof = {n: measure.step_profile(model, n=n, threads=threads) for n in (1, 8)}
             bw, ridge = run["bandwidth_GBps"] * 1e9, max(rates.values()) / (run["bandwidth_GBps"] * 1e9)
-            linear = {n: max(2 * params * n / rates[n], params * b / bw) * 1e3 for n in rates}  # ms
-            other = prof[1]["everything else"]
-            pred = {n: (linear[n] + other) / (linear[1] + other) for n in rates}
-            rows = row_check(model)
+            pred = measure.predicted_v(params, b, bw, rates, prof[1]["everything else"])
+            rows = measure.pass_against_steps(model)
             run["dtypes"][name] = dict(rates_GFLOPs={n: r / 1e9 for n, r in rates.items()}, ridge_flop_per_byte=ridge,
                                        step_ms=ms["target", 1], v=v, v_predicted=pred, profile_ms=prof,
                                        weights_read_ms=1e3 * params * b / bw, row_check=rows)
