@@ -83,8 +83,8 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     auto: also the tuned settings (`tune`, chapter 08 section 7), each after its default: the draft model's chain
     and tree (`tune.auto_draft_model`), EAGLE-2's and EAGLE-3's dynamic trees (`tune.auto_eagle`). The tuner
     measures this device here, before any timing, and each name says what it picked.
-    small_tree: also EAGLE-2's dynamic tree cut to 10 nodes in 4 levels (top-4), sized for a CPU, where every node
-    adds to the price of the pass (chapter 11; `bench --target` runs it).
+    small_tree: also EAGLE-2's dynamic tree cut to 6 nodes in 3 levels (top-3), sized for a CPU, where every level
+    costs a draft pass and every node adds to the price of the target's (chapter 11; `bench --target` runs it).
     """
     from specdec_lab import measure, tune
     from specdec_lab.decoding import generate
@@ -135,8 +135,8 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
               ("EAGLE-2, dynamic tree", "eagle1", lambda net: EagleDrafter(net, dynamic=True)),
               ("EAGLE-3, dynamic tree", "eagle3", lambda net: EagleDrafter(net, dynamic=True))]
     if small_tree:
-        eagles.insert(2, ("EAGLE-2, dynamic tree of 10, depth 4", "eagle1",
-                          lambda net: EagleDrafter(net, dynamic=True, topk=4, depth=4, budget=10)))
+        eagles.insert(2, ("EAGLE-2, dynamic tree of 6, depth 3", "eagle1",
+                          lambda net: EagleDrafter(net, dynamic=True, topk=3, depth=3, budget=6)))
     for name, method, make in eagles:
         net = nets.get(method)
         methods[name] = ours(lambda make=make, net=net: make(net)) if net else trained.missing(target, method)

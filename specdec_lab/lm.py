@@ -14,7 +14,8 @@ This is the only module that knows about transformers versions for the course's 
   * per-layer tensors: >= 4.54 `cache.layers[i].keys/.values`, older `cache.key_cache[i]/.value_cache[i]`;
   * `DynamicCache(config=...)` exists from 4.56 (it picks sliding/hybrid layer types); `new_cache` turns its
     sliding-window layers into full ones (see below);
-  * `from_pretrained(dtype=...)` from 4.56; `torch_dtype=` before (and deprecated after).
+  * `from_pretrained(dtype=...)` from 4.56; `torch_dtype=` before (and deprecated after);
+  * rotary settings: 5.x reads `rope_parameters`, 4.x `rope_theta` and `rope_scaling` (`rope`).
 Custom attention masks (trees, lookahead's window, a ragged batch) are built by `masks`, which also probes
 whether a model honours them. Sliding windows (Mistral, Phi-3, Gemma-2, Qwen2): the window lives in those masks,
 and the cache keeps EVERY position in every layer (`new_cache`): HF's sliding cache layers keep only the last
@@ -32,7 +33,13 @@ from transformers import DynamicCache
 from specdec_lab.masks import custom_masks, require_custom_masks
 
 __all__ = ["new_cache", "append", "cache_len", "forward", "keep", "crop", "gather", "gather_rows", "dtype_kwargs",
-           "forward_last", "context_length"]
+           "forward_last", "context_length", "rope", "kv", "saved_by"]
+
+
+def saved_by() -> str:
+    """A folder name for what this transformers' `save_pretrained` writes, "transformers-5": a tokenizer saved by
+    5.x names a class 4.x lacks (TokenizersBackend), so a converted model is kept once per major version."""
+    return f"transformers-{transformers.__version__.split('.')[0]}"
 
 
 def dtype_kwargs(dtype: torch.dtype) -> dict:
@@ -49,6 +56,18 @@ def context_length(model) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def rope(config) -> dict | None:
+    """The rotary positions a config's model runs with, {"rope_type", "rope_theta", scaling...}, written alike by
+    every version (None: no rotary positions, as in GPT-2): 5.x reads them from `rope_parameters`, 4.x from
+    `rope_theta` and `rope_scaling` (and keeps a `rope_parameters` key it finds in a 5.x file unread)."""
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        found = dict(getattr(config, "rope_parameters", None) or {})
+    else:
+        found = {**(getattr(config, "rope_scaling", None) or {}), "rope_theta": getattr(config, "rope_theta", None)}
+    found = {("rope_type" if k == "type" else k): v for k, v in found.items() if v is not None}
+    return ({"rope_type": "default"} | found if "rope_theta" in found else found) or None
 
 
 def _cache_keyword(model) -> str:
@@ -79,6 +98,13 @@ def new_cache(model=None) -> DynamicCache:
 def append(cache, keys: torch.Tensor, values: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Add keys/values [B, heads, n, d] to one layer of `cache`; returns all of that layer's [B, heads, L + n, d]."""
     return cache.update(keys, values, layer)
+
+
+def kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every layer's cached (keys, values), each [B, heads, L, d]: to look at a cache, in either layout."""
+    if hasattr(cache, "layers"):                                   # >= 4.54
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))           # 4.53
 
 
 def cache_len(cache) -> int:

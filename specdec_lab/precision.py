@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import platform
 import time
 
@@ -68,17 +69,24 @@ def training_dtype(device: torch.device | str, precision: str = "auto") -> torch
     return torch.bfloat16 if native else torch.float32
 
 
+# Environment variables that hold the math libraries to older instructions: an AVX2-only CPU simulated on a newer one
+# (`ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`); a timing made under them must say so.
+ISA_LIMITS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
 @functools.cache
 def cpu_name() -> str:
     """This CPU as timings should name it: its model name and whether bf16 is native here, e.g. "AMD EPYC 9R14
-    (native bf16)" or "Intel(R) Core(TM) i7-8650U (bf16 emulated)"."""
+    (native bf16)" or "Intel(R) Core(TM) i7-8650U (emulated bf16)", and any ISA_LIMITS set, e.g. "Intel(R) Xeon(R)
+    Processor (emulated bf16; simulated: ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2)"."""
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
     except OSError:  # not Linux: platform's answer
         pass
-    return f"{name} ({'native' if cpu_bf16_is_native() else 'emulated'} bf16)"
+    limits = ", ".join(f"{k}={os.environ[k]}" for k in ISA_LIMITS if os.environ.get(k))
+    return f"{name} ({'native' if cpu_bf16_is_native() else 'emulated'} bf16{f'; simulated: {limits}' if limits else ''})"
 
 
 def decoding_dtype(device: torch.device | str) -> torch.dtype:

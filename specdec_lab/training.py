@@ -23,7 +23,6 @@ see that function's docstring for why.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -37,8 +36,8 @@ from torch import Tensor, nn
 from specdec_lab import lm
 from specdec_lab.precision import autocast
 
-__all__ = ["cache_states", "lr_at", "optimizer_step", "fit", "save", "fingerprint", "read_config", "load",
-           "cache_hidden", "self_labels", "head_loss", "train_heads", "head_accuracy", "ttt_mask", "unroll", "eagle_loss",
+__all__ = ["cache_states", "lr_at", "optimizer_step", "fit", "save", "architecture", "fingerprint", "read_config",
+           "load", "cache_hidden", "self_labels", "head_loss", "train_heads", "head_accuracy", "ttt_mask", "unroll", "eagle_loss",
            "train_eagle_net", "eagle_accuracy"]
 
 
@@ -171,31 +170,42 @@ def save(module: nn.Module, file: Path | str, config: dict) -> None:
     (file.parent / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-# Config keys that say how a model was loaded or run, not what it is: left out of the architecture's hash.
-RUNTIME_KEYS = {"dtype", "torch_dtype", "transformers_version", "use_cache", "architectures", "name_or_path",
-                "output_hidden_states", "output_attentions", "return_dict", "torchscript", "attn_implementation"}
+# The config fields that decide whether weights trained on a target fit it, read by name (a config's to_dict() differs
+# between transformers versions: 5.x moved the rope settings into `rope_parameters` and renamed torch_dtype).
+ARCHITECTURE = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "hidden_act", "rms_norm_eps",
+                "layer_norm_epsilon", "max_position_embeddings")
+
+
+def architecture(config) -> dict:
+    """The target's architecture as `fingerprint` records it: the ARCHITECTURE fields it has and its rotary
+    positions (`lm.rope`), alike under every supported transformers version."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    arch = {k: getattr(config, k) for k in ARCHITECTURE if getattr(config, k, None) is not None}
+    if lm.rope(config):
+        arch["rope"] = lm.rope(config)
+    return json.loads(json.dumps(arch, sort_keys=True, default=str))  # plain JSON values, as read back from a card
 
 
 def fingerprint(target) -> dict:
-    """What identifies the target a module was trained for, recorded in its config.json: a name, a hash of the
-    architecture (the config without its runtime keys), the hidden and vocabulary sizes, and a probe of 32
-    LM-head weights (the same architecture with other weights: a fine-tune, a random init)."""
+    """What identifies the target a module was trained for, recorded in its config.json: a name, its architecture
+    (`architecture`: sizes, vocabulary, tying, positions), the hidden and vocabulary sizes, and a probe of 32 LM-head
+    weights (the same architecture with other weights: a fine-tune, a random init)."""
     config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-    arch = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k not in RUNTIME_KEYS}
-    digest = hashlib.sha256(json.dumps(arch, sort_keys=True, default=str).encode()).hexdigest()[:16]
     w = target.get_output_embeddings().weight  # [V, H]
     rows = torch.linspace(0, w.shape[0] - 1, 8).long().tolist()
     cols = torch.linspace(0, w.shape[1] - 1, 4).long().tolist()
     probe = w.detach()[rows][:, cols].float().flatten().tolist()  # [32]
     name = str(getattr(config, "_name_or_path", "") or config.model_type)
     name = "/".join(Path(name).parts[-2:]) if Path(name).is_dir() else name  # a local folder: its last two parts
-    return {"target": name, "config_hash": digest, "hidden": config.hidden_size, "vocab": config.vocab_size,
-            "probe": [round(x, 6) for x in probe]}
+    return {"target": name, "architecture": architecture(config), "hidden": config.hidden_size,
+            "vocab": config.vocab_size, "probe": [round(x, 6) for x in probe]}
 
 
 def read_config(file: Path | str, target, what: str, method: str) -> dict:
     """The config.json beside weights `file`, checked against `target`: the hidden and vocabulary sizes, and,
-    where it records them (`fingerprint`), the architecture's hash and the LM-head probe.
+    where it records them (`fingerprint`), the architecture (each field that differs is named) and the LM-head
+    probe.
 
     what: the module, for the messages ("Medusa heads"); method: what `specdec-lab train-heads --method` trains it
     ("medusa", "eagle1", "eagle3").
@@ -213,9 +223,12 @@ def read_config(file: Path | str, target, what: str, method: str) -> dict:
         raise ValueError(f"the {what} in {file.parent} were trained for hidden {meta['hidden']} / vocab "
                          f"{meta['vocab']}, not this target's {H} / {V}: use the target they were trained for, "
                          f"or train {what} for yours with {train}")
-    if "config_hash" in meta and meta["config_hash"] != mine["config_hash"]:
-        raise ValueError(f"the {trained_for}, whose architecture (config hash {meta['config_hash']}) is not this "
-                         f"target's ({mine['target']}, {mine['config_hash']}): train {what} for it with {train}")
+    theirs, ours = meta.get("architecture"), mine["architecture"]  # none in an older card: sizes and probe decide
+    differ = sorted(k for k in set(theirs or {}) | set(ours) if (theirs or {}).get(k) != ours.get(k)) if theirs else []
+    if differ:
+        says = "; ".join(f"{k}: {theirs.get(k)} there, {ours.get(k)} here" for k in differ)
+        raise ValueError(f"the {trained_for}, whose architecture is not this target's ({mine['target']}: {says}): "
+                         f"train {what} for it with {train}")
     if "probe" in meta and not torch.allclose(torch.tensor(meta["probe"]), torch.tensor(mine["probe"]),
                                               rtol=2e-2, atol=1e-4):
         raise ValueError(f"the {trained_for}, which has this target's architecture but other weights (its LM "

@@ -222,8 +222,11 @@ def user_cache() -> Path:
 
 
 def model_folder(name: str) -> Path:
-    """Where load_model keeps a converted model: <user cache>/specdec-lab/models/<name>."""
-    return user_cache() / "models" / name
+    """Where load_model keeps a converted model: <user cache>/specdec-lab/models/<name>/transformers-<major>
+    (`lm.saved_by`: the files one major version of transformers writes need not load under another)."""
+    from specdec_lab import lm
+
+    return user_cache() / "models" / name / lm.saved_by()
 
 
 def load_model(name: str, device: str | None = None, dtype: torch.dtype = torch.float32):

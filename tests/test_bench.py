@@ -257,3 +257,44 @@ def test_readme_figures_of_the_cpu_roofline_are_the_committed_run():
     two = run["threads"]["2"]["dtypes"]
     assert f"{v_range('bfloat16')} steps in bf16, against {v_range('float32')} in fp32" in readme
     assert f"({two['bfloat16']['step_ms']:.1f} against {two['float32']['step_ms']:.1f} ms at two threads" in readme
+
+
+def test_readme_figures_of_the_real_model_at_one_thread_and_under_avx2_are_the_committed_runs():
+    """The README's sentence on the real model at one thread and with the math libraries held to AVX2 quotes the
+    committed greedy runs, names the order they measured, and says that the AVX2 run was a simulation in fp32."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())  # wrapped lines joined
+    tree, chain, lookup = "EAGLE-2, dynamic tree of 6, depth 3", "EAGLE-1, chain γ=4", "prompt lookup (10, 3)"
+    for name in ("1thread", "amd", "avx2sim"):
+        file = f"results/showdown-smollm2-135m-instruct-cpu-{name}.json"
+        run = json.loads((root / file).read_text())
+        speed = {r["method"]: r["speedup"] for r in run["results"] if r["category"] == "all" and r["temperature"] == 0
+                 and not r["skipped"]}
+        assert all(r["bugs"] == 0 for r in run["results"] if not r["skipped"]), file
+        assert file in readme
+        figures = f"the 6-node tree {speed[tree]:.2f}x, EAGLE-1's chain {speed[chain]:.2f}x, prompt lookup {speed[lookup]:.2f}x"
+        assert figures in readme, f"{figures!r}: regenerate the README's sentence from {file}"
+        if name == "1thread":
+            assert run["meta"]["threads"] == 1 and run["meta"]["dtype"] == "bfloat16"
+        elif name == "amd":
+            assert run["meta"]["cpu"] == "AMD EPYC (native bf16)" and run["meta"]["dtype"] == "bfloat16"
+            greedy = {r["method"]: r for r in run["results"] if r["category"] == "all" and r["temperature"] == 0}
+            intel = {r["method"]: r for r in json.loads((root / "results/showdown-smollm2-135m-instruct-cpu.json")
+                                                        .read_text())["results"]
+                     if r["category"] == "all" and r["temperature"] == 0}
+            rates = f"({greedy['target only']['tokens_per_s']:.1f} against {intel['target only']['tokens_per_s']:.1f} tokens/s)"
+            rounds = f"({greedy[tree]['tau'] / greedy[tree]['limit']:.2f} steps against {intel[tree]['tau'] / intel[tree]['limit']:.2f}"
+            assert rates in readme and rounds in readme, (rates, rounds)
+        else:
+            assert run["meta"]["dtype"] == "float32" and "simulated: ONEDNN_MAX_CPU_ISA=AVX2" in run["meta"]["cpu"]
+    two = json.loads((root / "results" / "showdown-smollm2-135m-instruct-cpu.json").read_text())
+    greedy = {r["method"]: r for r in two["results"] if r["category"] == "all" and r["temperature"] == 0}
+    eagles = {n: r["speedup"] for n, r in greedy.items() if n.startswith("EAGLE") and not r["skipped"]}
+    assert max(eagles, key=eagles.get) == tree, "the README says the 6-node tree leads greedy"
+    assert max(greedy, key=lambda n: greedy[n]["tau"] or 0) == "EAGLE-2, dynamic tree", "and the 24-node tree's τ"
+    sim = json.loads((root / "results" / "roofline-cpu-avx2sim.json").read_text())
+    assert "simulated: ONEDNN_MAX_CPU_ISA=AVX2" in sim["cpu"] and sim["decoding_dtype"] == "torch.float32"
+    vs = [v for t in sim["threads"].values() for n, v in t["dtypes"]["float32"]["v"].items() if 1 < int(n) <= 5]
+    assert f"pass over 2 to 5 tokens cost {min(vs):.2f}-{max(vs):.2f} steps at one or two threads" in readme

@@ -44,7 +44,7 @@ def test_layer_with_cache_equals_one_causal_pass():
     torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-5, rtol=1e-5)
     assert lm.cache_len(cache) == 7
     lm.keep(cache, 3)
-    assert lm.cache_len(cache) == 3 and cache.layers[0].keys.shape == (2, 4, 3, 8)
+    assert lm.cache_len(cache) == 3 and lm.kv(cache)[0][0].shape == (2, 4, 3, 8)
 
 
 def test_rope_attention_depends_only_on_relative_positions():
@@ -187,7 +187,7 @@ def test_draft_cache_holds_only_true_pairs(target):
             f = net.true_feature([h[0] for h in states])[None]  # [1, T-1, H]
             net(f, ids_[:, 1:], torch.arange(ids_.shape[1] - 1), None, fresh)
             assert lm.cache_len(self.cache) == self.n_true == ids_.shape[1] - 1
-            torch.testing.assert_close(self.cache.layers[0].keys, fresh.layers[0].keys, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(lm.kv(self.cache)[0][0], lm.kv(fresh)[0][0], atol=1e-4, rtol=1e-4)
             seen.append(lm.cache_len(self.cache))
 
     gen = generate(target, ids, Watch(net, branching=[2, 2, 1]), max_new_tokens=20)

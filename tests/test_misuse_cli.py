@@ -267,7 +267,7 @@ def test_load_pair_says_what_is_missing(tmp_path):
         zoo.load_pair(str(root))
     _tokenizer(root / "draft")
     (root / "target" / "model.safetensors").unlink()
-    with pytest.raises(OSError, match=r"no file named model.safetensors"):
+    with pytest.raises(OSError, match=r"no file named .*model\.safetensors"):
         zoo.load_pair(str(root))
     with pytest.raises(TypeError, match="not int"):
         zoo.load_pair(3)

@@ -69,6 +69,9 @@ def test_plain_install_pulls_no_dev_tools(tmp_path):
         name = todo.pop()
         seen.add(name)
         try:
+            if name == "widgetsnbextension" and metadata.version(name).startswith("3."):
+                continue  # an ipywidgets 7 already installed (Colab's) keeps the classic notebook's extension, which
+                # pulls the notebook server; a fresh install resolves ipywidgets 8, whose extension needs nothing
             todo |= pulled(metadata.requires(name)) - seen
         except metadata.PackageNotFoundError:
             pass
@@ -78,11 +81,16 @@ def test_plain_install_pulls_no_dev_tools(tmp_path):
 def test_every_module_imports_without_the_dev_tools():
     """A module that needs a dev tool imports it where it is used, so that a plain install works (a few seconds)."""
     code = f"""
-import importlib, pkgutil, sys
+import importlib, importlib.machinery, pkgutil, sys
+class Refuse:  # found (transformers 4.x probes for pytest with find_spec at import) but never imported
+    def create_module(self, spec):
+        raise ImportError(spec.name + " is a [dev] tool")
+    def exec_module(self, module):
+        pass
 class NoDevTools:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in {sorted(DEV_TOOLS | {"_pytest", "xdist"})!r}:
-            raise ImportError(name + " is a [dev] tool")
+            return importlib.machinery.ModuleSpec(name, Refuse())
 sys.meta_path.insert(0, NoDevTools())
 import specdec_lab
 for m in pkgutil.walk_packages(specdec_lab.__path__, "specdec_lab."):

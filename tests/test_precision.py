@@ -99,4 +99,8 @@ def test_the_chosen_weights_keep_each_row_its_own(shape):
 def test_decoding_dtype_and_the_cpu_name():
     want = torch.bfloat16 if precision.cpu_bf16_is_native() else torch.float32
     assert precision.decoding_dtype("cpu") == want
-    assert precision.cpu_name().endswith(("(native bf16)", "(emulated bf16)"))
+    name = precision.cpu_name()
+    assert f"({'native' if precision.cpu_bf16_is_native() else 'emulated'} bf16" in name and name.endswith(")")
+    limits = [f"{k}={os.environ[k]}" for k in precision.ISA_LIMITS if os.environ.get(k)]
+    assert all(limit in name for limit in limits), f"{name} does not say the ISA was limited ({limits})"
+    assert ("simulated" in name) == bool(limits)

@@ -136,3 +136,64 @@ def test_missing_or_mismatched_weights_say_what_to_do(target, tmp_path):
     save(nn.Linear(2, 2), tmp_path / "heads.safetensors", {"hidden": 32, "vocab": 300})
     with pytest.raises(ValueError, match="trained for hidden 32 / vocab 300, not this target's 64 / 300"):
         read_config(tmp_path / "heads.safetensors", target, "Medusa heads", "medusa")
+
+
+def test_the_architecture_reads_alike_under_transformers_4_and_5(monkeypatch):
+    """5.x keeps a model's rotary settings in `rope_parameters`, 4.x in `rope_theta` and `rope_scaling`: the
+    fingerprint's architecture is the same either way (heads trained under one version load under the other),
+    and a model of another depth or rope base still reads as another architecture."""
+    from types import SimpleNamespace
+
+    import transformers
+    from transformers import LlamaConfig
+
+    from specdec_lab import training
+
+    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, rope_theta=100000.0)
+    here = training.architecture(config)
+    assert here["rope"] == {"rope_type": "default", "rope_theta": 100000.0} and here["num_hidden_layers"] == 3
+    fields = {k: getattr(config, k) for k in training.ARCHITECTURE if getattr(config, k, None) is not None}
+    if int(transformers.__version__.split(".")[0]) >= 5:  # the same model as the other major version holds it
+        other, version = SimpleNamespace(**fields, rope_theta=100000.0, rope_scaling=None), "4.53.3"
+        rebased = SimpleNamespace(**fields, rope_theta=10000.0, rope_scaling=None)
+    else:
+        other, version = SimpleNamespace(**fields, rope_parameters={"rope_type": "default", "rope_theta": 1e5}), "5.24.0"
+        rebased = SimpleNamespace(**fields, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+    monkeypatch.setattr(lm.transformers, "__version__", version)  # the module lm reads
+    assert training.architecture(other) == here
+    assert training.architecture(rebased)["rope"]["rope_theta"] == 10000.0
+    deeper = SimpleNamespace(**{**vars(other), "num_hidden_layers": 4})
+    assert training.architecture(deeper) != here
+
+
+def test_the_shipped_cards_record_the_architecture_this_transformers_reads():
+    """Every Medusa head and EAGLE draft shipped for the zoo's target names the architecture that target reads as
+    here, under whichever supported transformers version is installed: none is refused as another model (the real
+    model's are loaded by tests/test_real_model.py)."""
+    import json
+
+    from specdec_lab import training, zoo
+
+    target, _ = zoo._load_one(str(zoo.EMBEDDED["tiny"] / "target"), "cpu", torch.float32)
+    here = training.architecture(target.config)
+    cards = sorted(zoo.EMBEDDED["tiny"].glob("*/config.json"))
+    heads = [c for c in cards if c.parent.name in ("medusa", "eagle1", "eagle3")]
+    assert len(heads) == 3, cards
+    for card in heads:
+        assert json.loads(card.read_text())["architecture"] == here, card
+
+
+def test_a_converted_real_model_is_kept_once_per_major_version_of_transformers(monkeypatch, tmp_path):
+    """load_model's fp32 copy of a GGUF is written by save_pretrained, whose tokenizer file from transformers 5 names a
+    class that 4.x lacks (TokenizersBackend): each major version keeps its own copy, so switching versions (a Colab
+    runtime beside a local venv) converts again instead of failing to load the other's files."""
+    from specdec_lab import zoo
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folders = {}
+    for version in ("4.53.3", "4.57.1", "5.24.0"):
+        monkeypatch.setattr(lm.transformers, "__version__", version)  # the module lm reads
+        folders[version] = zoo.model_folder("smollm2-135m-instruct")
+    assert folders["4.53.3"] == folders["4.57.1"] != folders["5.24.0"]
+    assert folders["5.24.0"] == tmp_path / "specdec-lab" / "models" / "smollm2-135m-instruct" / "transformers-5"

@@ -101,14 +101,9 @@ def test_keep_holds_exactly_the_path_kv(pair):
     fresh = lm.new_cache(target)
     lm.forward(target, torch.cat([prefix, torch.tensor([[5, 8, 10]])], 1), fresh)
     assert lm.cache_len(cache) == lm.cache_len(fresh) == 12
-    for layer_a, layer_b in zip(_kv(cache), _kv(fresh)):
-        torch.testing.assert_close(layer_a, layer_b, atol=TOL, rtol=0)
-
-
-def _kv(cache):
-    if hasattr(cache, "layers"):
-        return [t for layer in cache.layers for t in (layer.keys, layer.values)]
-    return list(cache.key_cache) + list(cache.value_cache)
+    for (keys_a, values_a), (keys_b, values_b) in zip(lm.kv(cache), lm.kv(fresh)):
+        torch.testing.assert_close(keys_a, keys_b, atol=TOL, rtol=0)
+        torch.testing.assert_close(values_a, values_b, atol=TOL, rtol=0)
 
 
 # ---- verification --------------------------------------------------------------------------------------
@@ -193,7 +188,7 @@ class _CacheChecking(DraftModelDrafter):
         assert ids.shape[1] - 2 <= held <= ids.shape[1] - 1
         fresh = lm.new_cache(self.model)
         lm.forward(self.model, ids[:, :held], fresh)
-        for a, b in zip(_kv(self.cache), _kv(fresh)):
+        for a, b in zip(lm.kv(self.cache), lm.kv(fresh)):
             torch.testing.assert_close(a, b, atol=TOL, rtol=0)
         self.checked = getattr(self, "checked", 0) + 1
 

@@ -28,6 +28,11 @@ FOLDERS = ("notebooks", "solutions", "exercises")
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
+# transformers' declared range, read from pyproject.toml (its one place): Colab's own transformers is kept unless it
+# is older than the range's low end, and then only transformers is upgraded
+TRANSFORMERS = re.search(r'^\s*"(transformers>=[^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+LOW = tuple(int(x) for x in re.search(r">=([0-9.]+)", TRANSFORMERS).group(1).split("."))  # (4, 53)
+
 SETUP = f"""\
 # Setup (the same in every notebook). On Colab it installs the course package first.
 import sys
@@ -35,12 +40,16 @@ import sys
 if "google.colab" in sys.modules:
     # --no-deps: Colab already has everything the course needs; never replace its torch or ipywidgets
     %pip install -q --no-deps "specdec-lab @ git+{REPO_URL}"
+    from importlib.metadata import version
+
+    if tuple(int(x) for x in version("transformers").split(".")[:{len(LOW)}]) < {LOW}:  # older than the course's range
+        %pip install -q "{TRANSFORMERS}"  # upgrades transformers only
 
 import torch
 
 import specdec_lab
 
-torch.manual_seed(0)  # every notebook is deterministic: fixed seeds, fp32 on the CPU
+torch.manual_seed(0)  # fixed seeds: every cell but the timed ones prints the same on every run; fp32 by default
 torch.set_default_dtype(torch.float32)"""
 
 
