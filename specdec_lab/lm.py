@@ -36,16 +36,21 @@ __all__ = ["new_cache", "append", "cache_len", "forward", "keep", "crop", "gathe
            "forward_last", "context_length", "rope", "kv", "saved_by"]
 
 
+def _version() -> tuple[int, int]:
+    """The installed transformers' (major, minor), read at each call."""
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return major, minor
+
+
 def saved_by() -> str:
     """A folder name for what this transformers' `save_pretrained` writes, "transformers-5": a tokenizer saved by
     5.x names a class 4.x lacks (TokenizersBackend), so a converted model is kept once per major version."""
-    return f"transformers-{transformers.__version__.split('.')[0]}"
+    return f"transformers-{_version()[0]}"
 
 
 def dtype_kwargs(dtype: torch.dtype) -> dict:
     """The keyword that sets the weights' dtype in `from_pretrained`: `dtype` from 4.56, `torch_dtype` before."""
-    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+    return {"dtype": dtype} if _version() >= (4, 56) else {"torch_dtype": dtype}
 
 
 def context_length(model) -> int | None:
@@ -62,7 +67,7 @@ def rope(config) -> dict | None:
     """The rotary positions a config's model runs with, {"rope_type", "rope_theta", scaling...}, written alike by
     every version (None: no rotary positions, as in GPT-2): 5.x reads them from `rope_parameters`, 4.x from
     `rope_theta` and `rope_scaling` (and keeps a `rope_parameters` key it finds in a 5.x file unread)."""
-    if int(transformers.__version__.split(".")[0]) >= 5:
+    if _version()[0] >= 5:
         found = dict(getattr(config, "rope_parameters", None) or {})
     else:
         found = {**(getattr(config, "rope_scaling", None) or {}), "rope_theta": getattr(config, "rope_theta", None)}

@@ -37,8 +37,8 @@ from specdec_lab import lm
 from specdec_lab.precision import autocast
 
 __all__ = ["cache_states", "lr_at", "optimizer_step", "fit", "save", "architecture", "fingerprint", "read_config",
-           "load", "cache_hidden", "self_labels", "head_loss", "train_heads", "head_accuracy", "ttt_mask", "unroll", "eagle_loss",
-           "train_eagle_net", "eagle_accuracy"]
+           "load", "cache_hidden", "self_labels", "head_loss", "train_heads", "head_accuracy", "ttt_mask", "unroll",
+           "eagle_loss", "train_eagle_net", "eagle_accuracy"]
 
 
 @torch.no_grad()
@@ -182,8 +182,8 @@ def architecture(config) -> dict:
     positions (`lm.rope`), alike under every supported transformers version."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     arch = {k: getattr(config, k) for k in ARCHITECTURE if getattr(config, k, None) is not None}
-    if lm.rope(config):
-        arch["rope"] = lm.rope(config)
+    if rope := lm.rope(config):
+        arch["rope"] = rope
     return json.loads(json.dumps(arch, sort_keys=True, default=str))  # plain JSON values, as read back from a card
 
 
@@ -224,7 +224,7 @@ def read_config(file: Path | str, target, what: str, method: str) -> dict:
                          f"{meta['vocab']}, not this target's {H} / {V}: use the target they were trained for, "
                          f"or train {what} for yours with {train}")
     theirs, ours = meta.get("architecture"), mine["architecture"]  # none in an older card: sizes and probe decide
-    differ = sorted(k for k in set(theirs or {}) | set(ours) if (theirs or {}).get(k) != ours.get(k)) if theirs else []
+    differ = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k)) if theirs else []
     if differ:
         says = "; ".join(f"{k}: {theirs.get(k)} there, {ours.get(k)} here" for k in differ)
         raise ValueError(f"the {trained_for}, whose architecture is not this target's ({mine['target']}: {says}): "

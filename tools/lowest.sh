@@ -3,7 +3,8 @@
 # dependency (its latest patch release: "transformers>=4.53" installs transformers~=4.53.0), the package without
 # its dependencies, and a slice of the tests that touches what differs between versions (EAGLE's draft cache,
 # Medusa, the zoo's shipped heads and their fingerprints, decoding, serving, identity). .ci/run runs it after the
-# full suite; on a 2-core CPU it takes about 3 minutes (under 2 of them the tests, on 2 workers). LOWEST_VENV picks the venv's folder.
+# full suite; on a 2-core CPU it takes about 3 minutes (under 2 of them the tests, on 2 workers). LOWEST_VENV picks
+# the venv's folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${LOWEST_VENV:-${TMPDIR:-/tmp}/specdec-lab-lowest}

@@ -30,8 +30,9 @@ BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 # transformers' declared range, read from pyproject.toml (its one place): Colab's own transformers is kept unless it
 # is older than the range's low end, and then only transformers is upgraded
-TRANSFORMERS = re.search(r'^\s*"(transformers>=[^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
-LOW = tuple(int(x) for x in re.search(r">=([0-9.]+)", TRANSFORMERS).group(1).split("."))  # (4, 53)
+_found = re.search(r'^\s*"(transformers>=([0-9.]+)[^"]*)"', (ROOT / "pyproject.toml").read_text(), re.M)
+TRANSFORMERS = _found.group(1)                                  # "transformers>=4.53,<5.25"
+LOW = tuple(int(x) for x in _found.group(2).split("."))         # (4, 53)
 
 SETUP = f"""\
 # Setup (the same in every notebook). On Colab it installs the course package first.
