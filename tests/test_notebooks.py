@@ -79,7 +79,7 @@ def test_stamp_uses_the_one_repository_address():
     assert "--no-deps" in nbtool.SETUP  # Colab's preinstalled torch, transformers, ipywidgets stay as they are
     # ... except a transformers older than pyproject's range, and then only transformers is upgraded, to that range
     pins = [line.split("install -q ")[1] for line in nbtool.SETUP.splitlines() if "%pip install" in line]
-    assert pins[1:] == [f'"{nbtool.TRANSFORMERS}"  # upgrades transformers only'], pins
+    assert pins[1:] == [f'"{nbtool.TRANSFORMERS}"  # transformers and what it needs, never torch or ipywidgets'], pins
     assert nbtool.TRANSFORMERS.startswith("transformers>=") and f"{nbtool.LOW}" in nbtool.SETUP
     owner_repo = REPO_URL.removeprefix("https://github.com/")
     assert nbtool.colab_url("notebooks/x.ipynb") == (

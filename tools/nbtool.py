@@ -39,18 +39,18 @@ SETUP = f"""\
 import sys
 
 if "google.colab" in sys.modules:
-    # --no-deps: Colab already has everything the course needs; never replace its torch or ipywidgets
+    # --no-deps: Colab has what the course needs (chapter 11 installs gguf); never replace its torch or ipywidgets
     %pip install -q --no-deps "specdec-lab @ git+{REPO_URL}"
     from importlib.metadata import version
 
     if tuple(int(x) for x in version("transformers").split(".")[:{len(LOW)}]) < {LOW}:  # older than the course's range
-        %pip install -q "{TRANSFORMERS}"  # upgrades transformers only
+        %pip install -q "{TRANSFORMERS}"  # transformers and what it needs, never torch or ipywidgets
 
 import torch
 
 import specdec_lab
 
-torch.manual_seed(0)  # fixed seeds: every cell but the timed ones prints the same on every run; fp32 by default
+torch.manual_seed(0)  # fixed seeds: cells not marked NBVAL_IGNORE_OUTPUT print the same each run; fp32 by default
 torch.set_default_dtype(torch.float32)"""
 
 
