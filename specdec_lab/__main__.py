@@ -66,7 +66,7 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--method", choices=sorted(METHODS), default="all", help="all: every method, greedy "
                         "and sampled (chapter 08, the default); draft: the draft model against HF (chapter 03)")
     parser.add_argument("--pair", default="tiny", type=pair_name, help="model pair for zoo.load_pair: tiny "
-                        f"(embedded, the default), {named} (README's table of named pairs says why each), or a "
+                        f"(embedded, the default), {named} (docs/real-models.md says why each), or a "
                         "folder holding target/ and draft/")
     parser.add_argument("--device", type=device_name, help="cpu, cuda, mps ... (default: cuda when available, "
                         "else cpu)")

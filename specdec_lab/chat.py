@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CATEGORIES", "HELD_OUT", "held_out", "training_prompts", "chat_ids", "self_answers", "shipped_answers",
+__all__ = ["CATEGORIES", "HELD_OUT", "CALIBRATION", "held_out", "training_prompts", "chat_ids", "self_answers", "shipped_answers",
            "conversations", "answer_mask"]
 
 CATEGORIES = ("chat", "code", "rewrite")
@@ -312,6 +312,23 @@ REQUESTS = [
                                                               "Rewrite in simpler words:")]),
     ("rewrite", PASSAGES_MORE, [f"{task} {{}}" for task in ("Summarize in one sentence:", "Summarize:",
                                                              "Rewrite for a child:", "List the key facts in this:")]),
+]
+
+
+# A tuner's calibration prompts (chapter 11): hand-written like the held-out ones, never trained on and never among
+# the held-out prompts a method is scored on, so a tuner fitted on them is not fitted on its own test.
+CALIBRATION = [
+    {"id": "calib-chat-0", "category": "chat", "prompt": "Give me three tips for packing a small suitcase."},
+    {"id": "calib-chat-1", "category": "chat", "prompt": "Explain why the sky looks orange at sunset."},
+    {"id": "calib-code-0", "category": "code", "prompt": "Write a Python function that turns a number of seconds into "
+                                                           "hours, minutes and seconds."},
+    {"id": "calib-code-1", "category": "code", "prompt": "How do I read a CSV file into a list of dictionaries in "
+                                                           "Python?"},
+    {"id": "calib-rewrite-0", "category": "rewrite", "prompt": "Make this more polite: Send me the report now, it "
+                                                                 "is late."},
+    {"id": "calib-rewrite-1", "category": "rewrite", "prompt": "Summarize in one sentence: The library will close "
+                                                                 "for two weeks in August while the roof is repaired. "
+                                                                 "Books can be returned at the town hall."},
 ]
 
 

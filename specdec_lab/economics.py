@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["expected_tokens", "expected_tokens_by_depth", "speedup", "optimal_gamma", "alpha_from_tau",
-           "Roofline", "QWEN25_7B_ON_H100", "tree_nodes", "level_hit_rates", "tree_expected_tokens",
-           "tree_speedup"]
+           "Roofline", "LAUNCH_PER_LAYER", "QWEN25_7B_ON_H100", "tree_nodes", "level_hit_rates",
+           "tree_expected_tokens", "tree_speedup"]
 
 
 def _alpha(alpha) -> float:
@@ -127,6 +127,10 @@ class Roofline:
         weights = self.params * self.bytes_per_param / self.bandwidth
         return weights / per_request if per_request > 0 else math.inf  # KV reads outgrow the arithmetic
 
+
+# Kernel launches per decoder layer at batch 1 in eager PyTorch: an assumption (about 10 kernels of about 8 µs
+# each), not a measurement. Chapter 00's step estimates and chapter 11's GPU roofline both use it.
+LAUNCH_PER_LAYER = 80e-6  # seconds
 
 # The course's roofline example (chapters 02, 04, 08): Qwen2.5-7B (Qwen Team 2024; 7.6B parameters, bf16) on an
 # H100 SXM (NVIDIA's data sheet: 3.35 TB/s, 989 dense bf16 TFLOP/s); roofline after Williams et al. 2009.

@@ -33,7 +33,8 @@ import torch
 from specdec_lab import lm
 
 __all__ = ["PATTERNS", "forward_costs", "best_times", "cost_ratios", "ForwardTimer", "bandwidth", "product_rates",
-           "predicted_v", "pass_against_steps", "step_profile", "hf_generate", "draft_ranks", "hit_rates", "topk_hit_rates", "measure_tree"]
+           "predicted_v", "round_shape", "predicted_speedup", "pass_against_steps", "step_profile", "hf_generate",
+           "draft_ranks", "hit_rates", "topk_hit_rates", "measure_tree"]
 
 PATTERNS = ("loop", "bench")
 
@@ -226,6 +227,27 @@ def predicted_v(params: int, bytes_per_param: int, bw: float, rates: dict[int, f
     every n for the classic roofline."""
     linear = {n: max(2 * params * n / rate, params * bytes_per_param / bw) * 1e3 for n, rate in rates.items()}  # ms
     return {n: (linear[n] + other_ms) / (linear[min(rates)] + other_ms) for n in rates}
+
+
+def round_shape(gens) -> dict[str, float]:
+    """What a method's rounds looked like over some `generate` runs: {"tau": tokens per target pass, "nodes": drafted
+    tokens the target verified per pass, "depth": how deep the drafter proposed per pass}. The first pass of each
+    run, which reads the prompt, is left out of nodes and depth."""
+    passes = sum(g.target_calls - 1 for g in gens)
+    return {"tau": sum(len(g.tokens) for g in gens) / sum(g.target_calls for g in gens),
+            "nodes": sum(sum(g.draft_nodes[1:]) for g in gens) / max(passes, 1),
+            "depth": sum(sum(g.draft_lengths[1:]) for g in gens) / max(passes, 1)}
+
+
+def predicted_speedup(tau: float, nodes: float, levels: float, v: dict[int, float], c: float) -> float:
+    """τ / (v(N + 1) + L·c): a round emits τ tokens for one target pass over its N drafted tokens and the pending
+    one, plus L drafting forwards of c steps each. v: {n: steps} as measured, read piecewise-linearly between."""
+    keys = sorted(v)
+    n = min(max(nodes + 1, keys[0]), keys[-1])
+    a = max(k for k in keys if k <= n)
+    b = min(k for k in keys if k >= n)
+    v_n = v[a] if a == b else v[a] + (v[b] - v[a]) * (n - a) / (b - a)
+    return tau / (v_n + levels * c)
 
 
 @torch.inference_mode()

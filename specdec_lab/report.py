@@ -1,12 +1,14 @@
 """What a benchmark prints and saves: fixed-width tables of `bench.run`'s rows and of the showdowns' results, the
-README's leaderboard, and the JSON and CSV files the command line writes.
+Markdown leaderboards of the README and docs/leaderboards.md (tools/tables.py writes them there from the saved
+results), and the JSON and CSV files the command line writes.
 """
 
 from __future__ import annotations
 
 from specdec_lab.bench import CATEGORIES, Row
 
-__all__ = ["format_table", "format_showdown", "format_batch_showdown", "leaderboard_markdown", "save_results"]
+__all__ = ["format_table", "format_showdown", "format_batch_showdown", "leaderboard_markdown", "summary_markdown",
+           "batch_markdown", "save_results"]
 
 
 def format_table(rows: list[Row]) -> str:
@@ -49,25 +51,50 @@ def format_showdown(results: list[dict], temperature: float) -> str:
 
 
 def leaderboard_markdown(results: list[dict]) -> str:
-    """The README's leaderboard, from a greedy (0) and a sampled run: τ, speedup per category, the limit the method's
-    own forwards allow and the share of it reached (greedy), identity, and the sampled run's τ and speedup."""
+    """The leaderboard of a showdown as a Markdown table (docs/leaderboards.md): τ, speedup per category and over
+    all prompts, the limit the method's own forwards allow, identity with greedy decoding, and, where the run also
+    sampled, τ and speedup at that temperature. Greedy rows come from temperature 0; a run may hold one more."""
     temps = sorted({r["temperature"] for r in results})
-    if temps[0] != 0 or len(temps) != 2:
-        raise ValueError(f"the leaderboard wants one greedy and one sampled temperature, got {temps}")
-    T = temps[1]
+    if temps[0] != 0 or len(temps) > 2:
+        raise ValueError(f"the leaderboard wants a greedy run and at most one sampled temperature, got {temps}")
+    T = temps[1] if len(temps) == 2 else None
     get = {(r["temperature"], r["method"], r["category"]): r for r in results}
     cats = [c for c in CATEGORIES if any(r["category"] == c for r in results)]
-    lines = [f"| method | τ | speedup: {' | '.join(cats)} | **all** | limit | efficiency | identical to greedy | "
-             f"τ at T = {T:g} | speedup at T = {T:g} |", "|---" * (len(cats) + 8) + "|"]
-    for r in (r for r in results if r["temperature"] == 0 and r["category"] == "all"):
+    sampled_head = f" τ at T = {T:g} | speedup at T = {T:g} |" if T is not None else ""
+    lines = [f"| method | τ | speedup: {' | '.join(cats)} | all | limit | identical to greedy |{sampled_head}",
+             "|---" * (len(cats) + 5 + 2 * (T is not None)) + "|"]
+    for r in _greedy(results):
         m = r["method"]
-        by = " | ".join(f"{get[0, m, c]['speedup']:.2f}x" for c in CATEGORIES if (0, m, c) in get)
-        s = get[T, m, "all"]
-        sampled = "greedy only | greedy only" if s["skipped"] else f"{s['tau']:.2f} | {s['speedup']:.2f}x"
-        limit = f"{r['limit']:.2f}x | {r['efficiency']:.2f}" if r.get("limit") else "-- | --"
-        lines.append(f"| {m} | {r['tau']:.2f} | {by} | **{r['speedup']:.2f}x** | {limit} | {_identical(r)} | "
-                     f"{sampled} |")
+        by = " | ".join(f"{get[0, m, c]['speedup']:.2f}x" for c in cats)
+        limit = f"{r['limit']:.2f}x" if r.get("limit") else "--"
+        line = f"| {m} | {r['tau']:.2f} | {by} | {r['speedup']:.2f}x | {limit} | {_identical(r)} |"
+        if T is not None:
+            s = get[T, m, "all"]
+            line += " greedy only | greedy only |" if s["skipped"] else f" {s['tau']:.2f} | {s['speedup']:.2f}x |"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def summary_markdown(results: list[dict]) -> str:
+    """The short leaderboard of the README: each method's τ, speedup and identity with greedy decoding (greedy)."""
+    lines = ["| method | τ | speedup | identical to greedy |", "|---|---|---|---|"]
+    lines += [f"| {r['method']} | {r['tau']:.2f} | {r['speedup']:.2f}x | {_identical(r)} |" for r in _greedy(results)]
+    return "\n".join(lines)
+
+
+def batch_markdown(results: list[dict]) -> str:
+    """A batched showdown (`specdec-lab bench --batch B`) as a Markdown table: speedup over batched plain decoding."""
+    lines = ["| method | batch | τ | batched passes | tokens/s | speedup | identical to its own greedy |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['method']} | {r['batch']} | {r['tau']:.2f} | {r['steps']} | {r['tokens_per_s']:.1f} | "
+              f"{r['speedup']:.2f}x | {r['identical']}/{r['prompts']} |"
+              for r in results if r["temperature"] == 0 and not r["skipped"]]
+    return "\n".join(lines)
+
+
+def _greedy(results: list[dict]) -> list[dict]:
+    """The greedy rows over all prompts of a showdown that ran, in the run's order."""
+    return [r for r in results if r["temperature"] == 0 and r["category"] == "all" and not r["skipped"]]
 
 
 def _identical(r: dict) -> str:

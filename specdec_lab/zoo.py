@@ -26,8 +26,9 @@ EMBEDDED = {"tiny": Path(__file__).parent / "data" / "zoo" / "tiny"}
 # name -> (target, draft) Hugging Face ids; each pair shares one tokenizer (same vocab_size in both configs).
 # Chosen so that draft-model speculation can pay on a Colab T4: at batch 1 in eager PyTorch a small model's step
 # costs about its layer count in kernel launches plus its weight bytes over the memory bandwidth, so the draft
-# must be shallow as well as small. README's "The named real pairs" table gives layers, bytes and c for each
-# (SmolLM2-360M with SmolLM2-135M, 32 against 30 layers, was dropped: c close to 1 wherever launches dominate).
+# must be shallow as well as small. The named pairs' table in docs/real-models.md gives layers, bytes and c for
+# each, and the pairs left out (SmolLM2-360M with SmolLM2-135M, 32 against 30 layers: c close to 1 wherever launches
+# dominate).
 PAIRS = {
     "smollm2": ("HuggingFaceTB/SmolLM2-1.7B", "HuggingFaceTB/SmolLM2-135M"),  # 24 / 30 layers: depth, not size
     "qwen2.5": ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),  # 36 / 24 layers

@@ -76,3 +76,13 @@ def test_the_answers_shipped_cover_the_training_prompts():
     greedy, sampled = ({r["id"]: r["answer"] for r in map(json.loads, gzip.decompress(f.read_bytes()).splitlines())}
                        for f in sorted(files, key=lambda f: "-sampled" in f.name))
     assert sum(sampled[i] != greedy[i] for i in sampled) > 0.9 * len(sampled), "sampling wrote other answers"
+
+
+def test_calibration_prompts_are_neither_trained_on_nor_scored():
+    """Chapter 11's tuner calibrates on chat.CALIBRATION: no draft trained on them, no method is scored on them."""
+    from specdec_lab import chat
+
+    trained = {p["prompt"].lower() for p in chat.training_prompts()}
+    scored = {p["prompt"].lower() for p in chat.held_out()}
+    assert chat.CALIBRATION and {p["category"] for p in chat.CALIBRATION} == set(chat.CATEGORIES)
+    assert not {p["prompt"].lower() for p in chat.CALIBRATION} & (trained | scored)

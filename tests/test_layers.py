@@ -12,6 +12,7 @@ test never calls still counts).
 A learner reading a module finds below it everything it uses; a method never times, tunes or decodes.
 """
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -122,19 +123,15 @@ def test_generate_fits_one_screen():
     assert lines <= 40, f"generate is {lines} lines without its docstring: move a step into a helper of its own"
 
 
-def layer_lines() -> dict[str, int]:
-    """{layer: lines of its modules' source}."""
-    return {layer: sum(len(p.read_text(encoding="utf-8").splitlines()) for p in sorted(PACKAGE.rglob("*.py"))
-                       if _name(p) in modules) for layer, modules in LAYERS.items()}
-
-
-def test_the_readme_says_how_long_each_layer_is():
-    """The README's reading guide gives each layer's length, to the nearest hundred lines."""
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    lines = layer_lines()
-    told = {layer: f"{round(n, -2):,} lines" for layer, n in lines.items()}
-    read = lines["core"] + lines["methods"] + lines["loops"]
-    missing = [f"{layer}: {text}" for layer, text in told.items() if f"({text}" not in readme]
-    assert not missing and f"about {round(read, -2):,} lines" in readme, (
-        f"update the README's package paragraph: the layers now hold {told}, the first three about "
-        f"{round(read, -2):,} lines")
+def test_the_contributors_page_lists_every_module_in_its_layer():
+    """docs/contributing.md names each layer's modules, so a reader can find where a module sits; a module added,
+    moved or removed here and not there fails (layer sizes are not written down, so a harmless edit never does)."""
+    page = (PACKAGE.parent / "docs" / "contributing.md").read_text(encoding="utf-8")
+    items = dict(re.findall(r"^- \*\*(\w+)\*\*, (.*?)(?=^- |^$)", page, re.MULTILINE | re.DOTALL))
+    # the modules: the names in backquotes after the colon, up to the sentence's end, asides in brackets left out
+    listed = {layer: set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", text.split(":", 1)[1]).split(".")[0]))
+              for layer, text in items.items() if layer in LAYERS}
+    assert listed == LAYERS, "docs/contributing.md's list of layers differs from LAYERS: " + "; ".join(
+        f"{layer}: the page lacks {sorted(LAYERS[layer] - listed.get(layer, set()))} and has "
+        f"{sorted(listed.get(layer, set()) - LAYERS[layer])} besides" for layer in LAYERS
+        if listed.get(layer) != LAYERS[layer])

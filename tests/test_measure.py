@@ -38,3 +38,19 @@ def test_the_caches_end_where_they_started(pair, monkeypatch):
 def test_a_wrong_pattern_says_which_exist(pair):
     with pytest.raises(ValueError, match="pattern='fast'.*'loop'.*'bench'"):
         measure.forward_costs({"target": pair[0]}, pattern="fast")
+
+
+def test_round_shape_and_predicted_speedup():
+    """τ / (v(N + 1) + L·c) from a run's own records, the prompt's pass left out of N and L, v read linearly."""
+    from specdec_lab.decoding import Generation
+
+    gens = [Generation(tokens=list(range(9)), target_calls=3, accept_lengths=[0, 2, 3], draft_lengths=[4, 4, 4],
+                       draft_nodes=[9, 4, 6]),
+            Generation(tokens=list(range(3)), target_calls=2, accept_lengths=[0, 1], draft_lengths=[4, 2],
+                       draft_nodes=[9, 2])]
+    shape = measure.round_shape(gens)
+    assert shape == pytest.approx({"tau": 12 / 5, "nodes": (4 + 6 + 2) / 3, "depth": (4 + 4 + 2) / 3})
+    v = {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.6}
+    assert measure.predicted_speedup(2.0, 4, 2, v, 0.1) == pytest.approx(2.0 / (1.3 + 2 * 0.1))  # v(5) = 1.3
+    assert measure.predicted_speedup(2.0, 5, 0, v, 0.1) == pytest.approx(2.0 / 1.4)  # v(6): halfway from 4 to 8
+    assert measure.predicted_speedup(2.0, 20, 0, v, 0.1) == pytest.approx(2.0 / 1.6)  # past the last size: v(8)

@@ -47,11 +47,17 @@ def test_a_marked_section_ends_at_the_next_heading_of_its_level(tmp_path):
 
 def test_the_readme_shows_both_paths_with_the_computed_times():
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- paths:begin -->\n(.*?)\n<!-- paths:end -->", readme, re.S)
-    assert block, "the README's paths table is missing (between <!-- paths:begin --> and <!-- paths:end -->)"
-    assert block.group(1) == paths.table(), "the README's paths table is stale: run `python tools/paths.py` and paste it"
+    block = re.search(r"<!-- generated: paths -->\n(.*?)\n<!-- /generated -->", readme, re.S)
+    assert block, "the README's paths table is missing (between <!-- generated: paths --> and <!-- /generated -->)"
+    assert block.group(1) == paths.table(), "the README's paths table is stale: run `python tools/tables.py`"
     total = paths.table().splitlines()[-1]
     day, full = re.findall(r"\*\*(\d+ h \d+)\*\*", total)
     assert f"one-day path ({day})" in readme and f"full path ({full})" in readme, "say both totals in the prose"
     for doc in ("CHEATSHEET.md", "READING.md", "BUGS.md"):
         assert f"]({doc})" in readme, f"the README links {doc}"
+
+
+def test_the_paths_table_runs_in_the_course_order():
+    """Chapter numbers rise down the table: the capstone (10) sits between 09 and 11."""
+    numbers = [line.split("|")[1].strip() for line in paths.table().splitlines()[2:-1]]
+    assert numbers == sorted(numbers) and "10" in numbers, numbers

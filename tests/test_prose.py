@@ -82,3 +82,24 @@ def test_an_exercise_is_checked_against_what_its_solution_prints(tmp_path):
     exercise = _notebook(tmp_path, "Your run prints 0.83.", "", folder="exercises")
     assert prose_check.unshown(exercise) == []
     assert prose_check.unshown(_notebook(tmp_path, "Your run prints 0.83.", "")) != []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_the_first_pass_path_runs(path):
+    """A learner who skips the marked sections meets no NameError: no kept cell reads a name only they define."""
+    problems = prose_check.needs_skipped(path)
+    assert not problems, "define these outside the skipped section, or mark the cell's section too:\n" + "\n".join(problems)
+
+
+def test_a_name_defined_only_in_a_skipped_section_is_caught(tmp_path):
+    def cell(kind, text):
+        return {"cell_type": kind, "source": [text], "metadata": {}, **({"outputs": [], "execution_count": None}
+                                                                      if kind == "code" else {})}
+    cells = [cell("markdown", "## 1. Kept"), cell("code", "a = 1\n%pip install x\nif a:\n    !ls\n"),
+             cell("markdown", f"## 2. Skipped\n\n{prose_check.SKIP} Why.\n\n### 2.1 Still inside"),
+             cell("code", "b = a + 1\ndef f(x):\n    return x"),
+             cell("markdown", "## 3. Kept again"), cell("code", "print(a, f(2))\nc = [b for b in range(3)]")]
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert [p.split(": ", 1)[1] for p in prose_check.needs_skipped(path)] == [
+        "reads 'f', which only a section a first pass skips defines"]

@@ -120,14 +120,14 @@ def _no_network(*args, **kwargs):
 
 
 def test_named_pairs_are_documented():
-    """README's and notebook 00's tables of named pairs list every key of PAIRS with both checkpoints."""
+    """docs/real-models.md's and notebook 00's tables of named pairs list every key of PAIRS with both checkpoints."""
     root = Path(__file__).resolve().parents[1]
     nb = json.loads((root / "notebooks" / "00_setup_and_models.ipynb").read_text(encoding="utf-8"))
     table = next("".join(c["source"]) for c in nb["cells"]
                  if c["cell_type"] == "markdown" and "The named real pairs" in "".join(c["source"]))
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    page = (root / "docs" / "real-models.md").read_text(encoding="utf-8")
     for name, (target, draft) in zoo.PAIRS.items():
-        for text, where in ((readme, "README.md"), (table, "notebook 00")):
+        for text, where in ((page, "docs/real-models.md"), (table, "notebook 00")):
             rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
             assert rows and f"`{target}`" in rows[0] and f"`{draft}`" in rows[0], (
                 f"{where}: the table of named pairs has no row `{name}` with {target} and {draft}")

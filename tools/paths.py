@@ -1,6 +1,6 @@
 """The README's two paths through the course, with their times, computed from the notebooks themselves.
 
-    python tools/paths.py          print the table the README holds between <!-- paths:begin --> and <!-- paths:end -->
+    python tools/paths.py          print the table the README holds (`python tools/tables.py` writes it there)
 
 Where the times come from:
 - a lecture's full time is the reading-and-running time its title cell states ("Time: about 60 minutes ...");
@@ -10,7 +10,8 @@ Where the times come from:
 - an exercise notebook's time is the one its title cell states ("about 70 minutes for its 4 graded exercises",
   about 15 minutes an exercise); the capstone's is its stated 2 to 4 hours, counted as 3.
 The one-day path is the first pass of the lectures in ONE_DAY_LECTURES plus the exercise notebooks in
-ONE_DAY_EXERCISES; the full path is every lecture whole, every exercise notebook and the capstone. tests/test_paths.py checks the README's table against this output.
+ONE_DAY_EXERCISES; the full path is every lecture whole, every exercise notebook and the capstone.
+tests/test_paths.py checks the README's table against this output.
 """
 
 from __future__ import annotations
@@ -96,21 +97,26 @@ def _hours(minutes: int) -> str:
 
 
 def table() -> str:
+    """The paths table, in the course's order (the capstone is chapter 10); times in minutes."""
     rs = rows()
-    lines = ["| # | lecture | sections a first pass skips | first pass | whole lecture | exercises | "
-             "one-day path | full path |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| # | lecture | sections a first pass skips | first pass | whole lecture | exercises | one-day path | "
+             "full path |", "|---|---|---|---|---|---|---|---|"]
+    capstone = (f"| 10 | [capstone](exercises/10_capstone.ipynb) | | | | 1 graded, about {CAPSTONE_MINUTES} | – | "
+                f"{CAPSTONE_MINUTES} |")
     for r in rs:
+        if r["number"] > "10" and capstone not in lines:
+            lines.append(capstone)
         day = ((r["first"] if r["number"] in ONE_DAY_LECTURES else 0)
                + (r["exercise"] if r["number"] in ONE_DAY_EXERCISES else 0))
-        lines.append(f"| {r['number']} | {r['name']} | {r['skipped']} | {r['first']} min | {r['full']} min | "
-                     f"{r['graded']} graded, {r['exercise']} min | {f'{day} min' if day else '–'} | {r['full'] + r['exercise']} min |")
+        lines.append(f"| {r['number']} | {r['name']} | {r['skipped']} | {r['first']} | {r['full']} | "
+                     f"{r['graded']} graded, {r['exercise']} | {day or '–'} | {r['full'] + r['exercise']} |")
+    if capstone not in lines:
+        lines.append(capstone)
     day = (sum(r["first"] for r in rs if r["number"] in ONE_DAY_LECTURES)
            + sum(r["exercise"] for r in rs if r["number"] in ONE_DAY_EXERCISES))
     full = sum(r["full"] + r["exercise"] for r in rs) + CAPSTONE_MINUTES
-    lines.append(f"| 10 | [capstone](exercises/10_capstone.ipynb) | | | | 1 graded, about {CAPSTONE_MINUTES} min | – | "
-                 f"{CAPSTONE_MINUTES} min |")
-    lines.append(f"| | **total** | {sum(r['skipped'] for r in rs)} | {sum(r['first'] for r in rs)} min | "
-                 f"{sum(r['full'] for r in rs)} min | {sum(r['graded'] for r in rs) + 1} graded | "
+    lines.append(f"| | **total** | {sum(r['skipped'] for r in rs)} | {sum(r['first'] for r in rs)} | "
+                 f"{sum(r['full'] for r in rs)} | {sum(r['graded'] for r in rs) + 1} graded | "
                  f"**{_hours(day)}** | **{_hours(full)}** |")
     return "\n".join(lines)
 

@@ -14,6 +14,9 @@ Numbers that are names, not figures, are skipped: "chapter 03", "section 6", "ex
 own numbering, list numbering, link targets, HTML comments, fenced code blocks, a title cell's reading time. An exercise notebook
 is committed without outputs; what its solution notebook prints is what running it shows.
 
+A cell a first pass runs may not read a name that only a section marked "*First pass: skip this section.*"
+defines (`needs_skipped`): the learner on the first-pass path would meet a NameError.
+
 A printed 0.3612 supports a written 0.36 (a rounding of it), a printed 0.14 a written 14%. Integers below 10
 are too common to check (γ = 3, two threads). tests/test_prose.py runs this over notebooks/, solutions/ and
 exercises/ and fails on any hit.
@@ -21,6 +24,7 @@ exercises/ and fails on any hit.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -120,8 +124,58 @@ def unshown(path: str | Path) -> list[str]:
     return problems
 
 
+SKIP = "*First pass: skip this section.*"  # tools/paths.py's mark: a first pass skips the section it heads
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(names a code cell binds, names it reads); IPython's % and ! lines left out."""
+    code = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+                     for line in source.splitlines())
+    bound, read = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bound, read
+
+
+def needs_skipped(path: str | Path) -> list[str]:
+    """One line per name a cell a first pass runs reads from a cell only a skipped section defines: a NameError for
+    the learner who follows the first-pass path (a marked section runs to the next heading of its level or above)."""
+    nb = json.loads(Path(path).read_text())
+    skipping = None  # the level of the marked section we are in, or None
+    kept, only_skipped, problems = set(), set(), []
+    for i, cell in enumerate(nb["cells"]):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            lines = text.split("\n")
+            for j, line in enumerate(lines):
+                heading = re.match(r"(#+)\s", line)
+                if heading:
+                    level = len(heading.group(1))
+                    if skipping is not None and level <= skipping:
+                        skipping = None
+                    if skipping is None and any(l.startswith(SKIP) for l in lines[j + 1:j + 3]):
+                        skipping = level
+            continue
+        bound, read = _names(text)
+        if skipping is not None:
+            only_skipped |= bound - kept
+            continue
+        for name in sorted((read - bound) & only_skipped):
+            problems.append(f"{path} cell {i}: reads {name!r}, which only a section a first pass skips defines")
+        kept |= bound
+        only_skipped -= bound
+    return problems
+
+
 def main(paths: list[str]) -> int:
-    problems = [p for path in paths for p in unshown(path)]
+    problems = [p for path in paths for p in unshown(path) + needs_skipped(path)]
     print("\n".join(problems))
     print(f"{len(problems)} problems in {len(paths)} notebooks")
     return 1 if problems else 0

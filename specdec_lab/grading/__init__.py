@@ -1,5 +1,5 @@
-"""Graders for the exercise notebooks, one module per chapter: ch00 (decoding is memory-bound) to ch09
-(speculation in a serving engine), with what they share in `_common`.
+"""Graders for the exercise notebooks, one module per chapter: ch00 (decoding is memory-bound) to ch11
+(a real model on your CPU), with what they share in `_common`.
 
 Each `check_*` takes the learner's function, runs it on cases the notebook does not show, and either
 prints one line that starts with "PASS" or raises `AssertionError` with a hint that names the input
@@ -27,6 +27,8 @@ from specdec_lab.grading.ch07 import (check_jacobi_iteration, check_lookahead_ma
 from specdec_lab.grading.ch08 import check_sglang_flags, check_summarize, check_switch_off
 from specdec_lab.grading.ch09 import check_choose_gamma, check_commit_batch
 from specdec_lab.grading.ch10 import check_capstone
+from specdec_lab.grading.ch11 import (check_compute_bound, check_draft_vocab_token, check_predicted_speedup,
+                                      check_sampled_run)
 
 # Chapter 04's case generators and the exact distributions of its wrong rules: tests/test_tree_economics.py
 # checks notebook 04's derivations with them (under these names, as before the graders became a package).
@@ -61,4 +63,6 @@ __all__ = [
     "check_commit_batch", "check_choose_gamma",
     # ch10: the capstone
     "check_capstone",
+    # ch11: a real model on your CPU
+    "check_compute_bound", "check_predicted_speedup", "check_draft_vocab_token", "check_sampled_run",
 ]
