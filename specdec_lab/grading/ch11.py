@@ -2,7 +2,7 @@
 
 1. `check_compute_bound`: the smallest n at which a pass over n tokens is compute-bound (2n / b FLOP per byte of
    weights at least the ridge rate(n) / bandwidth), on synthetic machines; then the learner's v(n), measured on the
-   model they pass, against `measure.forward_costs` taken around their call (chapter 02's tolerance, `_v_accepted`).
+   model they pass, against `measure.forward_costs` taken around their call (chapter 02's rule, wider: `_v_near`).
 2. `check_predicted_speedup`: τ / (v(N + 1) + L·c), exactly, with v read piecewise-linearly between the sizes
    measured; then the learner's prediction from their own v and c against the clock of a timed run.
 3. `check_draft_vocab_token`: one sampled token of a round whose draft scores only a draft vocabulary. A
@@ -23,9 +23,20 @@ import torch
 
 from specdec_lab.grading._common import (P_VALUE_MIN, call, check, chi_square, counts_of, fmt, grader, number,
                                          one_thread, passed, seeded)
-from specdec_lab.grading.ch02 import _v_accepted
+
 
 V_NS = (1, 2, 4, 8)  # the pass sizes exercise 1 measures
+PATTERNS = ("loop", "bench")  # the grader's own measurements after the learner's: two orders of the calls
+
+
+def _v_near(got: float, measured: list[float]) -> bool:
+    """Chapter 02's rule for a learner's v(n) (`grading.ch02._v_accepted`) with a wider factor: on v(n) - 1, within
+    [lo / f - 0.05, hi * f + 0.05], f = 1.5 + (hi - lo) / lo, lo and hi the least and greatest of the grader's
+    three measurements. Wider than chapter 02's 1.25, since a 135M-parameter model's timings on a shared CPU spread
+    more between calls; "free" (v = 1) and "n steps" (v = n) still fall outside it."""
+    lo, hi = max(min(measured) - 1, 0.01), max(max(measured) - 1, 0.01)
+    f = 1.5 + (hi - lo) / lo
+    return lo / f - 0.05 <= got - 1 <= hi * f + 0.05
 
 
 def _tiny():
@@ -49,8 +60,8 @@ def check_compute_bound(compute_bound_at: Callable, measure_v: Callable, model=N
     1. compute_bound_at on four synthetic machines (a CPU in fp32 and bf16, a GPU, one that never turns): the
        first n, in increasing order, with 2n / b >= rates[n] / bandwidth; hints for b left out, the peak rate used
        at every n, the inequality turned round.
-    2. measure_v on `model` (default: the zoo's tiny target) at n = 1, 2, 4, 8, one thread, against two
-       `measure.forward_costs` runs taken around the learner's call: v(n) - 1 within chapter 02's tolerance.
+    2. measure_v on `model` (default: the zoo's tiny target) at n = 1, 2, 4, 8, one thread, against three
+       `measure.forward_costs` runs taken around the learner's call: v(n) - 1 within `_v_near`'s tolerance.
     3. The learner's compute_bound_at on this CPU's measured bandwidth and product rates, in the model's dtype: printed.
     """
     machines = [  # (bandwidth B/s, {n: FLOP/s}, bytes per weight)
@@ -85,14 +96,14 @@ def check_compute_bound(compute_bound_at: Callable, measure_v: Callable, model=N
         model = model if model is not None else _tiny()[0]
         refs = [measure.forward_costs({"target": model}, V_NS, rounds=6)]
         got = call(measure_v, model, V_NS)
-        refs.append(measure.forward_costs({"target": model}, V_NS, rounds=6))
+        refs += [measure.forward_costs({"target": model}, V_NS, rounds=6, pattern=pattern) for pattern in PATTERNS]
     check(isinstance(got, dict) and all(n in got for n in V_NS), f"measure_v(model, {V_NS}) should return a dict "
           f"with a key for every n, got {fmt(got) if not isinstance(got, dict) else got}")
     v = {n: float(got[n]) for n in V_NS}
     check(abs(v[1] - 1) < 1e-3, f"v(1) = {v[1]:.4g}: v(n) is a pass over n tokens over a pass over one, so v(1) = 1")
     for n in V_NS[1:]:
         measured = [r["target", n] / r["target", 1] for r in refs]
-        check(_v_accepted(v[n], measured), f"v({n}) = {v[n]:.3g}, but this machine measures {min(measured):.3g} to "
+        check(_v_near(v[n], measured), f"v({n}) = {v[n]:.3g}, but this machine measures {min(measured):.3g} to "
               f"{max(measured):.3g} just now: time cached forwards over n NEW tokens after a context, crop the cache "
               "back after each, and take the minimum over repeats after a warm-up")
     dtype = next(model.parameters()).dtype
