@@ -20,21 +20,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import tables  # noqa: E402
-from prose_check import UNSEEN  # noqa: E402
+from prose_check import CHANGELOG, UNSEEN  # noqa: E402
 
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
 LINKED = [*PAGES, ROOT / "READING.md", ROOT / "CHEATSHEET.md"]  # pages whose links must resolve
 NOTEBOOKS = [p for folder in ("notebooks", "exercises", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))]
-# Changelog prose and runs the reader never sees, beyond what tools/prose_check.py's UNSEEN finds in notebooks:
-# "replaced", "earlier runs", "our previous run (the day before)", "in our two runs", "1.24x then, 1.19x now".
-CHANGELOG = re.compile(
-    r"\breplaced\b|\b(?:earlier|previous|former|last) (?:runs?|versions?|heads|measurements?)\b|\bthe day before\b|"
-    r"\bin (?:our|the) (?:two|three|four|several|\d+) runs\b|\b(?:than|as) before\b|\bno longer\b|"
-    r"\bbefore (?:the|this|it was) (?:change|fix|trim|retrain)|\b(?:then|earlier), [^;]{0,30}?\bnow\b",
-    re.I,
-)
 MEASURED = re.compile(r"\b\d+\.\d+x\b|tokens/s|\b\d+(?:\.\d+)? (?:ms|min)\b")  # speedups, rates, times
 RESULTS = re.compile(r"results/[\w./-]+\.(?:json|csv)")
 

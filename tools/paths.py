@@ -101,17 +101,14 @@ def table() -> str:
     rs = rows()
     lines = ["| # | lecture | sections a first pass skips | first pass | whole lecture | exercises | one-day path | "
              "full path |", "|---|---|---|---|---|---|---|---|"]
-    capstone = (f"| 10 | [capstone](exercises/10_capstone.ipynb) | | | | 1 graded, about {CAPSTONE_MINUTES} | – | "
-                f"{CAPSTONE_MINUTES} |")
     for r in rs:
-        if r["number"] > "10" and capstone not in lines:
-            lines.append(capstone)
         day = ((r["first"] if r["number"] in ONE_DAY_LECTURES else 0)
                + (r["exercise"] if r["number"] in ONE_DAY_EXERCISES else 0))
         lines.append(f"| {r['number']} | {r['name']} | {r['skipped']} | {r['first']} | {r['full']} | "
                      f"{r['graded']} graded, {r['exercise']} | {day or '–'} | {r['full'] + r['exercise']} |")
-    if capstone not in lines:
-        lines.append(capstone)
+    after = sum(r["number"] < "10" for r in rs)  # the capstone, chapter 10, after the lectures before it
+    lines.insert(2 + after, f"| 10 | [capstone](exercises/10_capstone.ipynb) | | | | 1 graded, about "
+                            f"{CAPSTONE_MINUTES} | – | {CAPSTONE_MINUTES} |")
     day = (sum(r["first"] for r in rs if r["number"] in ONE_DAY_LECTURES)
            + sum(r["exercise"] for r in rs if r["number"] in ONE_DAY_EXERCISES))
     full = sum(r["full"] + r["exercise"] for r in rs) + CAPSTONE_MINUTES

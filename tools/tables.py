@@ -63,19 +63,12 @@ def _showdown_caption(file: str, meta: dict) -> str:
                  f"torch {meta['torch']}, transformers {meta['transformers']}; {meta['date']}.*")
 
 
-def summary(file: str) -> str:
-    data = json.loads((ROOT / file).read_text())
-    return _showdown_caption(file, data["meta"]) + "\n\n" + report.summary_markdown(data["results"])
-
-
-def leaderboard(file: str) -> str:
-    data = json.loads((ROOT / file).read_text())
-    return _showdown_caption(file, data["meta"]) + "\n\n" + report.leaderboard_markdown(data["results"])
-
-
-def batch(file: str) -> str:
-    data = json.loads((ROOT / file).read_text())
-    return _showdown_caption(file, data["meta"]) + "\n\n" + report.batch_markdown(data["results"])
+def _showdown(draw):
+    """A block drawn from a showdown's results file by `draw` (a report.*_markdown), under the file's caption."""
+    def block(file: str) -> str:
+        data = json.loads((ROOT / file).read_text())
+        return _showdown_caption(file, data["meta"]) + "\n\n" + draw(data["results"])
+    return block
 
 
 def roofline(file: str) -> str:
@@ -119,7 +112,8 @@ def heads(file: str) -> str:
     return _tau_caption(file, run) + "\n\n" + "\n".join(lines)
 
 
-KINDS = {"summary": summary, "leaderboard": leaderboard, "batch": batch, "roofline": roofline, "tau": tau,
+KINDS = {"summary": _showdown(report.summary_markdown), "leaderboard": _showdown(report.leaderboard_markdown),
+         "batch": _showdown(report.batch_markdown), "roofline": roofline, "tau": tau,
          "heads": heads, "paths": lambda file=None: paths.table()}
 
 

@@ -23,6 +23,7 @@ import torch
 
 from specdec_lab.grading._common import (P_VALUE_MIN, call, check, chi_square, counts_of, fmt, grader, number,
                                          one_thread, passed, seeded)
+from specdec_lab.grading.ch02 import _pair as _tiny  # the zoo's tiny pair: the graders' default model
 
 
 V_NS = (1, 2, 4, 8)  # the pass sizes exercise 1 measures
@@ -37,16 +38,6 @@ def _v_near(got: float, measured: list[float]) -> bool:
     lo, hi = max(min(measured) - 1, 0.01), max(max(measured) - 1, 0.01)
     f = 1.5 + (hi - lo) / lo
     return lo / f - 0.05 <= got - 1 <= hi * f + 0.05
-
-
-def _tiny():
-    """The course's tiny target and draft (embedded, offline) and their tokenizer: the default model of a grader."""
-    import transformers
-
-    from specdec_lab import zoo
-
-    transformers.logging.disable_progress_bar()
-    return zoo.load_pair("tiny", device="cpu")
 
 
 def _bound_at(bandwidth: float, rates: dict, b: float, flop_per_byte) -> int | None:
@@ -117,13 +108,6 @@ def check_compute_bound(compute_bound_at: Callable, measure_v: Callable, model=N
               "compute_bound_at finds no compute-bound pass up to 64 tokens"))
 
 
-def _reference_v(v: dict, n: float) -> float:
-    keys = sorted(v)
-    n = min(max(n, keys[0]), keys[-1])
-    a, b = max(k for k in keys if k <= n), min(k for k in keys if k >= n)
-    return v[a] if a == b else v[a] + (v[b] - v[a]) * (n - a) / (b - a)
-
-
 @grader
 def check_predicted_speedup(predicted_speedup: Callable, v: dict | Callable | None = None, c: float | None = None, target=None,
                             make_drafter: Callable | None = None, prompts: list | None = None) -> None:
@@ -139,19 +123,22 @@ def check_predicted_speedup(predicted_speedup: Callable, v: dict | Callable | No
        S · (0.8 - d) <= P <= S · (1.4 + d), S the measured speedup and d the relative spread of the two repeats'
        speedups: a prediction leaves out the loop's own work, so it may run above the clock, not far below it.
     """
+    from specdec_lab import measure
+
     v_syn = {1: 1.0, 2: 1.05, 4: 1.12, 8: 1.3, 16: 1.6, 32: 2.3}
     for tau, nodes, levels, c_syn in [(2.2, 3.7, 3.7, 0.05), (2.4, 5.8, 2.8, 0.06), (1.5, 23.6, 1.0, 0.04),
                                       (1.3, 14.0, 0.0, 0.0), (2.85, 23.1, 6.5, 0.05)]:
         case = f"predicted_speedup({tau}, {nodes}, {levels}, v={v_syn}, c={c_syn})"
-        want = tau / (_reference_v(v_syn, nodes + 1) + levels * c_syn)
+        want = measure.predicted_speedup(tau, nodes, levels, v_syn, c_syn)
         got = number(predicted_speedup, tau, nodes, levels, dict(v_syn), c_syn)
         if abs(got - want) <= 1e-6 * want:
             continue
         nearest = v_syn[min(v_syn, key=lambda k: abs(k - (nodes + 1)))]
-        wrongs = [(tau / (_reference_v(v_syn, nodes) + levels * c_syn), "v(N) instead of v(N + 1): the pass reads "
-                   "the N drafted tokens AND the pending one"),
-                  (tau / _reference_v(v_syn, nodes + 1), "the drafting is left out: L forwards of c steps each"),
-                  ((tau - 1) / (_reference_v(v_syn, nodes + 1) + levels * c_syn), "τ - 1: τ already counts every "
+        wrongs = [(measure.predicted_speedup(tau, nodes - 1, levels, v_syn, c_syn), "v(N) instead of v(N + 1): "
+                   "the pass reads the N drafted tokens AND the pending one"),
+                  (measure.predicted_speedup(tau, nodes, 0, v_syn, c_syn), "the drafting is left out: L forwards of "
+                   "c steps each"),
+                  (measure.predicted_speedup(tau - 1, nodes, levels, v_syn, c_syn), "τ - 1: τ already counts every "
                    "token a round emits, the target's own included"),
                   (tau / (nearest + levels * c_syn), "v at the nearest measured size: read v linearly between the "
                    "two sizes around N + 1")]
@@ -159,7 +146,6 @@ def check_predicted_speedup(predicted_speedup: Callable, v: dict | Callable | No
             check(abs(got - wrong) > 1e-6 * want, f"{hint} ({case} = {got:.4g}, expected {want:.4g})")
         check(False, f"{case} = {got:.4g}, expected {want:.4g}: τ over v(N + 1) + L·c")
 
-    from specdec_lab import measure
     from specdec_lab.decoding import generate
     from specdec_lab.drafters import DraftModelDrafter
     from specdec_lab.prompts import load_prompts
