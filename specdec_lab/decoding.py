@@ -5,7 +5,10 @@ Derived in notebooks/03_draft_target.ipynb.
     gen = generate(target, ids, DraftModelDrafter(draft, gamma=4), max_new_tokens=64)
     gen.tokens, gen.target_calls, gen.tau              # new tokens, target passes, τ
 
-One step of `generate`, for any drafter (drafters.Drafter):
+`generate` is a loop over `step`, one round each; `start` checks the arguments and builds the state the rounds
+advance (`Decoding`), and `step` returns what its round did (`Round`): widgets.RoundStepper shows those rounds.
+
+One round, for any drafter (drafters.Drafter):
   1. propose: the drafter returns a `DraftTree` (a chain, or from chapter 04 a tree);
   2. score: ONE cached target forward over the pending token(s) and the whole tree (`score`);
   3. verify: `tree.verify_tree` keeps the accepted path plus one corrected or bonus token;
@@ -34,8 +37,8 @@ from specdec_lab.lm import context_length
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, tree_forward, verify_tree
 
-__all__ = ["Warp", "Generation", "generate", "generate_naive", "score", "cut", "verify_and_cut", "committed_rows",
-           "context_length"]
+__all__ = ["Generation", "Decoding", "Round", "start", "step", "generate", "generate_naive", "score", "cut",
+           "verify_and_cut", "committed_rows", "checked_prompt"]
 
 
 @dataclass
@@ -117,12 +120,12 @@ def cut(emitted: list[int], budget: int, eos: set[int] | frozenset[int]) -> tupl
     return (emitted, False) if hit is None else (emitted[:hit + 1], True)
 
 
-def verify_and_cut(logits: Tensor, tree: DraftTree, warp: Warp, budget: int, eos, typical=None
+def verify_and_cut(logits: Tensor, tree: DraftTree, warp: Warp, budget: int, eos, typical=None, draws=None
                    ) -> tuple[list[int], list[int], bool]:
     """Steps 3 and 4 of both loops (generate, and each row of serving.generate_batch): (the accepted nodes, the
     tokens to commit, whether EOS ended the text) from the target's logits [n + 1, V] at the pending token and
-    the tree's nodes (`verify_tree`, then `cut` at the length budget and EOS)."""
-    path, emitted = verify_tree(logits, tree, warp, typical)
+    the tree's nodes (`verify_tree`, then `cut` at the length budget and EOS). draws: see `verify_tree`."""
+    path, emitted = verify_tree(logits, tree, warp, typical, draws)
     return (path, *cut(emitted, budget, eos))
 
 
@@ -133,12 +136,97 @@ def committed_rows(uncached: int, path: list[int], k: int) -> list[int]:
     return list(range(uncached)) + [uncached + j for j in path[:k]]
 
 
-def _prompt(target, input_ids, max_new_tokens) -> tuple[Tensor, int]:
-    """(input_ids as a [1, T] long tensor, max_new_tokens), or an error that says what to change."""
+def checked_prompt(target, input_ids, max_new_tokens) -> tuple[Tensor, int]:
+    """(input_ids as a [1, T] long tensor on the target's device, max_new_tokens), or an error that says what to
+    change. Every loop (this one, lookahead's, the round stepper) reads its prompt through it."""
     checks.model(target, "target", "load one with AutoModelForCausalLM.from_pretrained(name), or "
                  "target, draft, tok = zoo.load_pair('tiny')")
     vocab = target.config.get_text_config().vocab_size
     return checks.prompt(input_ids, max_new_tokens, vocab, context_length(target), target.device)
+
+
+@dataclass
+class Decoding:
+    """The loop's state between rounds: `start` makes it, each `step` advances it by one target pass."""
+
+    target: object
+    drafter: Drafter
+    warp: Warp
+    eos: set[int]
+    typical: tuple[float, float] | None
+    buf: Tensor  # [1, T0 + max_new_tokens]: the committed text, then room for the rest
+    T0: int  # the prompt's length
+    T: int  # the committed text's length
+    max_new_tokens: int
+    cache: object  # the target's KV cache: every committed token but the last (the "pending" one)
+    gen: Generation
+    done: bool = False  # EOS was committed, or max_new_tokens were
+
+    @property
+    def ids(self) -> Tensor:
+        """The committed text, [1, T]."""
+        return self.buf[:, :self.T]
+
+
+@dataclass
+class Round:
+    """What one `step` did: the drafter's proposal, the target's pass over it, the verifier's verdict.
+
+    logits [n + 1, V]: the target at the pending token (row 0) and at each node (row i + 1). path: the accepted
+    nodes, top down. emitted: the tokens committed (the accepted nodes' tokens, then the correction or bonus; cut at
+    EOS and the length budget). u: the uniforms of the chain's accept test u·q(x) < p(x), one per draft (sampling a
+    chain; empty otherwise). cache: the target cache's length before the pass, after it, after the rollback.
+    """
+
+    tree: DraftTree
+    logits: Tensor
+    path: list[int]
+    emitted: list[int]
+    u: list[float]
+    cache: tuple[int, int, int]
+
+
+def start(target, input_ids, drafter=None, max_new_tokens: int = 64, temperature: float = 0.0,
+          top_k: int | None = None, top_p: float | None = None, eos_token_id: int | Sequence[int] | None = None,
+          generator: torch.Generator | None = None, typical: tuple[float, float] | None = None) -> Decoding:
+    """The loop's state before its first round, every argument checked (see `generate` for what they mean)."""
+    drafter = checks.drafter(drafter) or NoDraft()
+    warp, eos, typical = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id), checks.typical(typical)
+    ids, max_new_tokens = checked_prompt(target, input_ids, max_new_tokens)  # [1, T0]
+    drafter.start(target, ids)
+    buf = torch.cat([ids, ids.new_empty(1, max_new_tokens)], 1)
+    return Decoding(target, drafter, warp, eos, typical, buf, ids.shape[1], ids.shape[1], max_new_tokens,
+                    lm.new_cache(target), Generation(tokens=[], target_calls=0), done=max_new_tokens == 0)
+
+
+@torch.inference_mode()
+def step(s: Decoding) -> Round:
+    """One round: 1. propose, 2. ONE target pass (score), 3. verify, 4. commit (cut, roll the cache back, tell the
+    drafter). Advances `s` and returns what the round did."""
+    if s.done:
+        raise RuntimeError("the text is complete (EOS or max_new_tokens): start() a new one")
+    T, budget = s.T, s.max_new_tokens - (s.T - s.T0)  # tokens we may still emit; a pass emits at most depth + 1
+    tree = s.drafter.propose(s.ids, s.warp, budget - 1)  # 1. propose
+    if tree.depth > budget - 1:
+        raise RuntimeError(f"the drafter proposed {tree.depth} tokens deep when at most {budget - 1} were allowed")
+    past = lm.cache_len(s.cache)
+    assert past == (T - 1 if s.gen.target_calls else 0), f"target cache holds {past}, committed {T}"
+    logits, states = score(s.target, s.buf[:, past:T], tree, s.cache, s.drafter.needs_hidden)  # 2. [n+1, V]
+    scored, u = lm.cache_len(s.cache), []
+    path, emitted, eos = verify_and_cut(logits, tree, s.warp, budget, s.eos, s.typical, u)  # 3. verify, 4. commit
+    k = len(emitted)
+    lm.keep(s.cache, T, path[:k - 1])  # the committed text's K/V but the new pending token's
+    if states is not None:  # the target's states at the committed tokens it read: the uncached ones, the nodes
+        rows = torch.tensor(committed_rows(T - past, path, k), device=s.buf.device)
+        states = tuple(h[0].index_select(0, rows) for h in states)  # layers x [m, H]
+    s.buf[0, T:T + k] = torch.as_tensor(emitted)
+    s.T = T + k
+    assert lm.cache_len(s.cache) == s.T - 1, f"target cache holds {lm.cache_len(s.cache)}, committed {s.T}"
+    s.gen.record(len(path), tree.depth, len(tree))
+    s.done = eos or s.T - s.T0 >= s.max_new_tokens
+    if not eos:
+        s.drafter.commit(s.ids, len(path), path[:k], states)
+    return Round(tree, logits, path, emitted, u, (past, scored, lm.cache_len(s.cache)))
 
 
 @torch.inference_mode()
@@ -153,36 +241,12 @@ def generate(target, input_ids, drafter=None, max_new_tokens: int = 64, temperat
     or at the first eos_token_id (included). Arguments are checked before any model runs (see checks).
     typical: (threshold, alpha) verifies by Medusa's typical acceptance instead, a LOSSY rule (chapter 05).
     """
-    start = time.perf_counter()
-    drafter = checks.drafter(drafter) or NoDraft()
-    warp, eos, typical = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id), checks.typical(typical)
-    ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
-    T0 = T = ids.shape[1]
-    buf = torch.cat([ids, ids.new_empty(1, max_new_tokens)], 1)  # the committed text, then room for the new
-    drafter.start(target, ids)
-    cache, gen, done = lm.new_cache(target), Generation(tokens=[], target_calls=0), False
-    while T - T0 < max_new_tokens and not done:
-        budget = max_new_tokens - (T - T0)  # tokens we may still emit; a pass emits at most depth + 1
-        tree = drafter.propose(buf[:, :T], warp, budget - 1)  # 1. propose
-        if tree.depth > budget - 1:
-            raise RuntimeError(f"the drafter proposed {tree.depth} tokens deep when at most {budget - 1} were allowed")
-        past = lm.cache_len(cache)
-        assert past == (T - 1 if gen.target_calls else 0), f"target cache holds {past}, committed {T}"
-        logits, states = score(target, buf[:, past:T], tree, cache, drafter.needs_hidden)  # 2. [n+1, V]
-        path, emitted, done = verify_and_cut(logits, tree, warp, budget, eos, typical)  # 3. verify, 4. commit
-        k = len(emitted)
-        lm.keep(cache, T, path[:k - 1])  # the committed text's K/V but the new pending token's
-        if states is not None:  # the target's states at the committed tokens it read: the uncached ones, the nodes
-            rows = torch.tensor(committed_rows(T - past, path, k), device=buf.device)
-            states = tuple(h[0].index_select(0, rows) for h in states)  # layers x [m, H]
-        buf[0, T:T + k] = torch.as_tensor(emitted)
-        T += k
-        assert lm.cache_len(cache) == T - 1, f"target cache holds {lm.cache_len(cache)}, committed {T}"
-        gen.record(len(path), tree.depth, len(tree))
-        if not done:
-            drafter.commit(buf[:, :T], len(path), path[:k], states)
-    gen.tokens, gen.seconds = buf[0, T0:T].tolist(), time.perf_counter() - start
-    return gen
+    began = time.perf_counter()
+    s = start(target, input_ids, drafter, max_new_tokens, temperature, top_k, top_p, eos_token_id, generator, typical)
+    while not s.done:
+        step(s)
+    s.gen.tokens, s.gen.seconds = s.buf[0, s.T0:s.T].tolist(), time.perf_counter() - began
+    return s.gen
 
 
 @torch.inference_mode()
@@ -198,7 +262,7 @@ def generate_naive(target, draft, input_ids, gamma: int = 3, max_new_tokens: int
     start = time.perf_counter()
     gamma = checks.integer(gamma, "gamma", "tokens drafted per step")
     checks.model(draft, "draft", "pass the draft model itself (generate_naive(target, draft, ids))")
-    ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)
+    ids, max_new_tokens = checked_prompt(target, input_ids, max_new_tokens)
     ids = ids[0].tolist()
     warp, eos, T0 = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id), len(ids)
     draft_context = context_length(draft) or float("inf")

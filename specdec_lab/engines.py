@@ -1,4 +1,5 @@
-"""From the course's drafters to the serving engines' settings: `engine_settings(drafter)`.
+"""From the course's drafters to the serving engines' settings, one function per kind of drafter (each row of
+`lineup.METHODS` names its own; `lineup.engine_settings(drafter)` finds it).
 
 Derived in notebooks/08_showdown.ipynb. Every engine exposes the same few numbers under other names:
 
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["engine_settings", "sglang_flags"]
+__all__ = ["ENGINES", "sglang_flags", "draft_model", "prompt_lookup", "medusa", "eagle"]
 
+ENGINES = ("vLLM", "SGLang", "Hugging Face", "llama.cpp")
 NONE = "no equivalent"
 
 
@@ -47,56 +49,48 @@ def _sglang(algorithm: str, model: str, topk: int, depth: int, budget: int) -> s
     return f"--speculative-algorithm {algorithm} --speculative-draft-model-path {model} {flags}"
 
 
-def engine_settings(drafter, model: str = "<draft>") -> dict[str, str]:
-    """The settings that ask vLLM, SGLang, Hugging Face generate and llama.cpp for what `drafter` does.
+def draft_model(drafter, model: str) -> dict[str, str]:
+    """A DraftModelDrafter's chain (a static tree has no engine equivalent)."""
+    g = drafter.gamma
+    if any(b > 1 for b in drafter.branching):
+        return dict.fromkeys(ENGINES, f"{NONE}: a static tree of a draft model ({drafter.branching}); the nearest is a "
+                                      f"chain of {g}")
+    return {"vLLM": _vllm("draft_model", g, model),
+            "SGLang": _sglang("STANDALONE", model, 1, g, g),
+            "Hugging Face": f"generate(..., assistant_model=draft) with draft.generation_config."
+                            f"num_assistant_tokens = {g}, num_assistant_tokens_schedule = 'constant', "
+                            "assistant_confidence_threshold = 0",
+            "llama.cpp": f"llama-server -m target.gguf -md {model}.gguf --draft-max {g} --draft-p-min 0"}
 
-    drafter: None (plain decoding) or a course drafter: DraftModelDrafter, PromptLookupDrafter, MedusaDrafter,
-    EagleDrafter. model: the path or Hub id of the draft model / heads the engine should load.
-    Returns {engine: flags or "no equivalent: why"}.
-    """
-    from specdec_lab.drafters import DraftModelDrafter
-    from specdec_lab.eagle import EagleDrafter
-    from specdec_lab.medusa import MedusaDrafter
-    from specdec_lab.ngram import PromptLookupDrafter
 
-    if drafter is None:
-        return dict.fromkeys(["vLLM", "SGLang", "Hugging Face", "llama.cpp"], "leave speculative decoding off")
-    if isinstance(drafter, DraftModelDrafter):
-        g = drafter.gamma
-        if any(b > 1 for b in drafter.branching):
-            tree = f"{NONE}: a static tree of a draft model ({drafter.branching}); the nearest is a chain of {g}"
-            return {"vLLM": tree, "SGLang": tree, "Hugging Face": tree, "llama.cpp": tree}
-        return {"vLLM": _vllm("draft_model", g, model),
-                "SGLang": _sglang("STANDALONE", model, 1, g, g),
-                "Hugging Face": f"generate(..., assistant_model=draft) with draft.generation_config."
-                                f"num_assistant_tokens = {g}, num_assistant_tokens_schedule = 'constant', "
-                                "assistant_confidence_threshold = 0",
-                "llama.cpp": f"llama-server -m target.gguf -md {model}.gguf --draft-max {g} --draft-p-min 0"}
-    if isinstance(drafter, PromptLookupDrafter):
-        k, n = drafter.num_tokens, drafter.max_ngram
-        return {"vLLM": _vllm("ngram", k, prompt_lookup_max=n, prompt_lookup_min=1),
-                "SGLang": "--speculative-algorithm NGRAM (its own n-gram cache over prompts and outputs)",
-                "Hugging Face": f"generate(..., prompt_lookup_num_tokens={k}, max_matching_ngram_size={n})",
-                "llama.cpp": f"the lookup example: llama-lookup --draft {k}"}
-    if isinstance(drafter, MedusaDrafter):
-        depth = max(len(c) for c in drafter.choices)
-        return {"vLLM": _vllm("medusa", depth, model) + "  (vLLM drafts each head's top-1: a chain)",
-                "SGLang": f"{NONE}: no Medusa algorithm", "Hugging Face": f"{NONE}: no Medusa heads in generate",
-                "llama.cpp": f"{NONE}: no Medusa heads"}
-    if isinstance(drafter, EagleDrafter):
-        v = drafter.net.version
-        name = "eagle3" if v == 3 else "eagle"
-        if drafter.dynamic:
-            topk, depth, budget = drafter.topk, drafter.depth, drafter.budget
-        elif all(b == 1 for b in drafter.branching):
-            topk, depth = 1, len(drafter.branching)
-            budget = depth
-        else:
-            static = f"{NONE}: a static EAGLE tree ({drafter.branching}); SGLang grows EAGLE-2's dynamic tree"
-            return {"vLLM": static, "SGLang": static, "Hugging Face": static, "llama.cpp": static}
-        vllm = _vllm(name, depth, model) + ("  (a chain of that depth; vLLM's EAGLE trees are experimental)"
-                                            if topk > 1 else "")
-        return {"vLLM": vllm, "SGLang": _sglang(name.upper(), model, topk, depth, budget),
-                "Hugging Face": f"{NONE}: generate has no EAGLE drafter", "llama.cpp": f"{NONE}: no EAGLE drafter"}
-    raise TypeError(f"no engine mapping for {type(drafter).__name__}: expected None or a DraftModelDrafter, "
-                    "PromptLookupDrafter, MedusaDrafter or EagleDrafter")
+def prompt_lookup(drafter, model: str) -> dict[str, str]:
+    """A PromptLookupDrafter: every engine has n-gram drafting (no model to load)."""
+    k, n = drafter.num_tokens, drafter.max_ngram
+    return {"vLLM": _vllm("ngram", k, prompt_lookup_max=n, prompt_lookup_min=1),
+            "SGLang": "--speculative-algorithm NGRAM (its own n-gram cache over prompts and outputs)",
+            "Hugging Face": f"generate(..., prompt_lookup_num_tokens={k}, max_matching_ngram_size={n})",
+            "llama.cpp": f"the lookup example: llama-lookup --draft {k}"}
+
+
+def medusa(drafter, model: str) -> dict[str, str]:
+    """A MedusaDrafter: vLLM only, and as a chain of each head's top-1."""
+    depth = max(len(c) for c in drafter.choices)
+    return {"vLLM": _vllm("medusa", depth, model) + "  (vLLM drafts each head's top-1: a chain)",
+            "SGLang": f"{NONE}: no Medusa algorithm", "Hugging Face": f"{NONE}: no Medusa heads in generate",
+            "llama.cpp": f"{NONE}: no Medusa heads"}
+
+
+def eagle(drafter, model: str) -> dict[str, str]:
+    """An EagleDrafter: a chain, or EAGLE-2's dynamic tree (a static EAGLE tree has no engine equivalent)."""
+    name = "eagle3" if drafter.net.version == 3 else "eagle"
+    if drafter.dynamic:
+        topk, depth, budget = drafter.topk, drafter.depth, drafter.budget
+    elif all(b == 1 for b in drafter.branching):
+        topk, depth, budget = 1, len(drafter.branching), len(drafter.branching)
+    else:
+        return dict.fromkeys(ENGINES, f"{NONE}: a static EAGLE tree ({drafter.branching}); SGLang grows EAGLE-2's "
+                                      "dynamic tree")
+    vllm = _vllm(name, depth, model) + ("  (a chain of that depth; vLLM's EAGLE trees are experimental)"
+                                        if topk > 1 else "")
+    return {"vLLM": vllm, "SGLang": _sglang(name.upper(), model, topk, depth, budget),
+            "Hugging Face": f"{NONE}: generate has no EAGLE drafter", "llama.cpp": f"{NONE}: no EAGLE drafter"}

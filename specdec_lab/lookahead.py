@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from specdec_lab import checks, lm
-from specdec_lab.decoding import Generation, _prompt, cut
+from specdec_lab.decoding import Generation, checked_prompt, cut
 from specdec_lab.masks import require_custom_masks
 from specdec_lab.ngram import NgramPool
 from specdec_lab.tree import tree_depths, tree_mask
@@ -75,7 +75,7 @@ def jacobi_decode(target, input_ids, n: int, guess=None) -> JacobiResult:
     The prompt is cached once; each pass feeds [last prompt token, guess[:-1]] and crops the cache back.
     """
     n = checks.integer(n, "n", "tokens to decode in parallel")
-    ids, _ = _prompt(target, input_ids, n)  # [1, T]
+    ids, _ = checked_prompt(target, input_ids, n)  # [1, T]
     T = ids.shape[1]
     y = ids[0, -1:].repeat(n) if guess is None else torch.as_tensor(guess, dtype=torch.long, device=ids.device)
     if y.shape != (n,):
@@ -140,7 +140,7 @@ def lookahead_generate(target, input_ids, max_new_tokens: int = 64, eos_token_id
     N = checks.integer(ngram, "ngram", "n-gram size N", 2, "a key token plus at least one drafted token")
     G = checks.integer(guesses, "guesses", "n-grams verified per step G")
     seed = checks.integer(seed, "seed", "seeds the first window", 0)
-    ids, max_new_tokens = _prompt(target, input_ids, max_new_tokens)  # [1, T0]
+    ids, max_new_tokens = checked_prompt(target, input_ids, max_new_tokens)  # [1, T0]
     eos = checks.eos_ids(eos_token_id)
     require_custom_masks(target, "lookahead decoding")
     context = lm.context_length(target) or float("inf")

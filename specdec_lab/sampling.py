@@ -57,7 +57,8 @@ def residual(p: Tensor, q: Tensor) -> Tensor:
 
 
 def verify_chain(
-    p: Tensor, q: Tensor | None, draft: Sequence[int] | Tensor, generator: torch.Generator | None = None
+    p: Tensor, q: Tensor | None, draft: Sequence[int] | Tensor, generator: torch.Generator | None = None,
+    draws: list[float] | None = None,
 ) -> list[int]:
     """Keep the drafts that pass u * q(x) < p(x) up to the first failure, then emit one more token.
 
@@ -67,6 +68,7 @@ def verify_chain(
     draft: γ token ids.
     Returns 1 to γ+1 tokens: the accepted drafts, then the replacement drawn from residual(p_n, q_n)
     at the first rejection n, or the bonus token drawn from p_γ when all γ drafts pass.
+    draws: a list that receives the γ uniforms u of the accept test (for showing a round; None: not kept).
     """
     p = checks.probs("p", p, ndim=2, shape="[γ+1, V]")  # [γ+1, V]
     vocab = p.shape[1]
@@ -82,6 +84,8 @@ def verify_chain(
     p_x, q_x = p[rows, draft], q[rows, draft]  # [γ], [γ] probability of each draft under p and q
     checks.proposable(q_x, draft, "draft")
     u = torch.rand(gamma, generator=generator, device=p.device)  # [γ]
+    if draws is not None:
+        draws += u.tolist()
     passed = (u * q_x < p_x).tolist()  # [γ] the accept test at every position
     n = 0
     while n < gamma and passed[n]:  # walk left to right, stop at the first rejection
@@ -132,7 +136,7 @@ class Warp:
     """The sampling settings the target and the drafter share, and the generator every draw comes from.
 
     Lives here, with the rules it applies, so that drafters (which sample) and the loop (which verifies) both
-    take it from below them; `decoding.Warp` still imports.
+    take it from below them.
 
     `probs(logits)` turns logits into the distribution to sample from (temperature 0: one-hot argmax).
     Applying the same Warp to both models keeps p and q comparable (the accept test needs that).

@@ -342,15 +342,16 @@ def verify_tree_typical(tree: DraftTree, p: Tensor, threshold: float = 0.09, alp
         row = match + 1
 
 
-def verify_tree(logits: Tensor, tree: DraftTree, warp: Warp, typical: tuple[float, float] | None = None
-                ) -> tuple[list[int], list[int]]:
+def verify_tree(logits: Tensor, tree: DraftTree, warp: Warp, typical: tuple[float, float] | None = None,
+                draws: list[float] | None = None) -> tuple[list[int], list[int]]:
     """The one verifier: (accepted node indices of `tree`, emitted tokens) from the target's logits [n + 1, V].
 
     Row 0 is the target at the last committed token, row i + 1 at node i. The emitted tokens are the accepted
     nodes' tokens then one corrected or bonus token. A chain (chapter 03): greedy keeps the leading drafts
     equal to the target's argmax (tensor ops, no random numbers), sampling is `sampling.verify_chain`. A tree
     (chapter 04): the walk down from the root, greedy or multi-round rejection. typical=(threshold, alpha)
-    switches sampling to Medusa's lossy typical acceptance; greedy decoding stays exact either way.
+    switches sampling to Medusa's lossy typical acceptance; greedy decoding stays exact either way. draws: a list
+    that receives the uniforms a sampled chain's accept test drew (to show the test that decided).
     """
     if tree.is_chain and typical is None:
         if warp.greedy:
@@ -359,7 +360,7 @@ def verify_tree(logits: Tensor, tree: DraftTree, warp: Warp, typical: tuple[floa
             n = int((best[:len(tree)] == drafts).cumprod(0).sum())  # leading drafts equal to the target's argmax
             emitted = best[: n + 1].tolist()  # accepted drafts (equal to best there), then the target's own token
         else:
-            emitted = verify_chain(warp.probs(logits), tree.q, tree.tokens, warp.generator)  # [γ+1, V], [γ, V]
+            emitted = verify_chain(warp.probs(logits), tree.q, tree.tokens, warp.generator, draws)  # [γ+1, V], [γ, V]
         return list(range(len(emitted) - 1)), emitted
     if warp.greedy:
         path, last = verify_tree_greedy(tree, logits)

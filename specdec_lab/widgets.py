@@ -18,14 +18,21 @@ Works with ipywidgets 8 and 7.7 (Colab's).
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import ipywidgets as w
+import matplotlib.pyplot as plt
 import torch
+from IPython.display import display
 from torch import Tensor
+from transformers import AutoTokenizer
 
-from specdec_lab import sampling
-from specdec_lab.economics import QWEN25_7B_ON_H100, Roofline, expected_tokens, optimal_gamma, speedup
+from specdec_lab import checks, decoding, lm, measure, sampling
+from specdec_lab.drafters import Drafter, DraftModelDrafter
+from specdec_lab.economics import (QWEN25_7B_ON_H100, Roofline, expected_tokens, level_hit_rates, optimal_gamma,
+                                   speedup, tree_expected_tokens, tree_nodes, tree_speedup)
 from specdec_lab.sampling import Warp
 
 __all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary",
@@ -42,7 +49,6 @@ TREE_EXPLORER_TEXT = ("[the tree explorer: sliders for tree width, depth, α and
 def _box(rows, label: str):
     """A VBox of `rows` whose text form (what a page without a live kernel shows instead of the widget) is
     `label`, not the long `VBox(children=(HBox(children=(FloatSlider(...` of ipywidgets."""
-    import ipywidgets as w
 
     class Explorer(w.VBox):
         def __repr__(self):
@@ -60,7 +66,6 @@ def _box(rows, label: str):
 
         if not hasattr(w.VBox, "_repr_mimebundle_"):
             def _ipython_display_(self, **kwargs):  # how ipywidgets 7 displays a widget: with the bundle above
-                from IPython.display import display
 
                 display(self._repr_mimebundle_(), raw=True)
                 self._handle_displayed(**kwargs)
@@ -122,8 +127,6 @@ def explorer(model: Roofline = QWEN25_7B_ON_H100, max_gamma: int = 16, alpha: fl
 
     Returns the widget (display it, or leave it as the cell's last expression). Dots mark the best γ.
     """
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
 
     sliders = {
         "alpha": w.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.01, description="α"),
@@ -162,7 +165,6 @@ def speedup_grid(model: Roofline = QWEN25_7B_ON_H100, alphas=(0.6, 0.7, 0.8, 0.9
 
     Returns the matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(batches), len(cs), figsize=(3.4 * len(cs), 2.4 * len(batches)), sharex=True,
                              sharey=True, squeeze=False)
@@ -208,7 +210,6 @@ def tree_shape(width: int, depth: int, wide_levels: int) -> list[int]:
 
 def tree_summary(branching: list[int], hit, c: float = 0.05, s: float = 0.0) -> dict:
     """The numbers the tree explorer shows, beside the chain of the same depth (handy without widgets too)."""
-    from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup
 
     chain = [1] * len(branching)
     return {
@@ -223,7 +224,6 @@ def tree_summary(branching: list[int], hit, c: float = 0.05, s: float = 0.0) -> 
 
 
 def _tree_curves(ax, shapes, hit, c, s_max, s_now=None, legend=True):
-    from specdec_lab.economics import tree_nodes, tree_speedup
 
     ss = [s_max * i / 50 for i in range(51)]
     unique = [list(s) for i, s in enumerate(shapes) if list(s) not in [list(t) for t in shapes[:i]]]
@@ -250,8 +250,6 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
     "prompt"), a second row picks a prompt and runs the real pair on it (`measure.measure_tree`): measured τ beside
     the prediction from that prompt's measured top-k hit rates. Returns the widget.
     """
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
 
     label = {"style": {"description_width": "initial"}}  # the whole label, however long ("s (cost per node)")
     sliders = {
@@ -302,7 +300,6 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
             try:
                 device = next(target.parameters()).device
                 ids = tok(prompts[choice.value]["prompt"], return_tensors="pt").input_ids.to(device)  # [1, T]
-                from specdec_lab import measure
 
                 m = measure.measure_tree(target, draft, ids, branching, max_new_tokens, tok.eos_token_id)
                 hits = ", ".join(f"{h:.2f}" for h in m["hit"])
@@ -326,7 +323,6 @@ def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, s_max: f
 
     Returns the matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(cs), len(hits), figsize=(3.3 * len(hits), 2.6 * len(cs) + 0.5), sharex=True,
                              squeeze=False)
@@ -354,11 +350,9 @@ def tree_grid(hits=(0.6, 0.7, 0.8, 0.9), cs=(0.05, 0.3), shapes=SHAPES, s_max: f
 
 
 # ---- chapter 03: one round of the sampled speculative step, stepped through on real logits -------------------
-# Used by notebooks/03_draft_target.ipynb. `RoundStepper` runs `decoding.generate`'s loop body one round at a time
-# with the library's own pieces (DraftModelDrafter.propose, decoding.score, tree.verify_tree, decoding.cut,
-# lm.keep, DraftModelDrafter.commit) and the same generator, so its rounds emit exactly what `generate` emits for
-# the same seed (tests/test_widgets.py). The verifier decides; the stepper only replays the uniforms u it drew
-# (from a copy of the generator's state) to show the test u·q(x) < p(x) that decided.
+# Used by notebooks/03_draft_target.ipynb. `RoundStepper` calls `decoding.step`, the round `generate` loops over,
+# with the same generator, so its rounds emit exactly what `generate` emits for the same seed
+# (tests/test_widgets.py); the verifier hands back the uniforms u it drew, to show the test u·q(x) < p(x) that decided.
 
 STEPPER_TEXT = ("[the round stepper: one round of speculative sampling on the real pair, q and p bars per draft, the "
                 "accept test, the residual or the bonus, both caches; a button steps to the next round. Run this cell "
@@ -421,7 +415,6 @@ def _prompt_ids(prompt, tokenizer) -> Tensor:
 def _tokenizer_of(model):
     """The tokenizer saved beside a local model (the zoo's and load_model's folders hold one), else None."""
     try:
-        from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(model.name_or_path, local_files_only=True)
     except Exception:  # no tokenizer files there: tokens are shown as ids
@@ -429,7 +422,8 @@ def _tokenizer_of(model):
 
 
 class RoundStepper:
-    """`decoding.generate(target, ids, DraftModelDrafter(draft, gamma), ...)`, one round per `step()`.
+    """`decoding.generate(target, ids, DraftModelDrafter(draft, gamma), ...)`, one round per `step()`: each calls
+    the loop's own `decoding.step` and keeps what it did, with what the figures show (p, q, the residual).
 
     target, draft: causal LMs with one vocabulary (draft may also be a chain DraftModelDrafter). prompt: text (with
     `tokenizer`), a tokenizer's output, or token ids. The other arguments are generate's; `seed` seeds the one
@@ -439,21 +433,24 @@ class RoundStepper:
     def __init__(self, target, draft, prompt, gamma: int = 3, temperature: float = 0.8, tokenizer=None,
                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, max_new_tokens: int = 64,
                  eos_token_id=None):
-        from specdec_lab import checks, decoding, lm
-        from specdec_lab.drafters import DraftModelDrafter
-
         self.tokenizer = tokenizer if tokenizer is not None else _tokenizer_of(target)
-        ids = _prompt_ids(prompt, self.tokenizer)
-        self.drafter = draft if isinstance(draft, DraftModelDrafter) else DraftModelDrafter(draft, gamma)
-        if any(b != 1 for b in self.drafter.branching):
-            raise ValueError(f"the stepper shows a chain: pass gamma=γ, not branching={self.drafter.branching}")
-        self.target, self.eos = target, checks.eos_ids(eos_token_id)
-        self.ids, self.max_new_tokens = decoding._prompt(target, ids, max_new_tokens)  # [1, T0]
-        self.generator = torch.Generator(device=self.ids.device).manual_seed(seed)
-        self.warp = Warp(temperature, top_k, top_p, self.generator)
-        self.prompt_len, self.rounds, self.done = self.ids.shape[1], [], self.max_new_tokens == 0
-        self.drafter.start(target, self.ids)
-        self.cache = lm.new_cache(target)
+        chain = draft if isinstance(draft, DraftModelDrafter) else DraftModelDrafter(draft, gamma)
+        if any(b != 1 for b in chain.branching):
+            raise checks.ArgumentError(f"the stepper shows a chain: pass gamma=γ, not branching={chain.branching}")
+        self.drafter = _Watched(chain)
+        seeded = torch.Generator(device=target.device).manual_seed(seed)
+        self.loop = decoding.start(target, _prompt_ids(prompt, self.tokenizer), self.drafter, max_new_tokens,
+                                   temperature, top_k, top_p, eos_token_id, seeded)
+        self.prompt_len, self.rounds = self.loop.T0, []
+
+    @property
+    def ids(self) -> Tensor:
+        """The committed text, [1, T]."""
+        return self.loop.ids
+
+    @property
+    def done(self) -> bool:
+        return self.loop.done
 
     @property
     def tokens(self) -> list[int]:
@@ -463,43 +460,34 @@ class RoundStepper:
     @torch.inference_mode()
     def step(self) -> Round:
         """One round: draft γ tokens, ONE target pass, accept or reject each, correction or bonus, roll back."""
-        from specdec_lab import decoding, lm
-        from specdec_lab.tree import verify_tree
+        T, d0 = self.loop.T, lm.cache_len(self.drafter.chain.cache)
+        r = decoding.step(self.loop)  # the round generate runs
+        warp, n, tree = self.loop.warp, len(r.path), r.tree
+        p, sampled = warp.probs(r.logits), not warp.greedy and len(tree) > 0  # [γ+1, V]
+        residual = sampling.residual(p[n], tree.q[n]) if sampled and n < len(tree) else None  # the correction's
+        shown = Round(len(self.rounds), T, list(tree.tokens), tree.q, p, r.u if sampled else None, n, r.emitted,
+                      residual, r.cache, (d0, self.drafter.drafted, lm.cache_len(self.drafter.chain.cache)),
+                      self.loop.done, warp.temperature)
+        self.rounds.append(shown)
+        return shown
 
-        if self.done:
-            raise RuntimeError("the text is complete (EOS or max_new_tokens): start a new RoundStepper")
-        T, draft_cache = self.ids.shape[1], self.drafter.cache
-        budget = self.max_new_tokens - (T - self.prompt_len)  # the loop body of decoding.generate, step by step
-        t0, d0 = lm.cache_len(self.cache), lm.cache_len(draft_cache)
-        tree = self.drafter.propose(self.ids, self.warp, budget - 1)  # 1. draft: a chain, q [γ, V]
-        d1 = lm.cache_len(draft_cache)
-        logits, _ = decoding.score(self.target, self.ids[:, t0:], tree, self.cache)  # 2. verify: [γ+1, V]
-        t1 = lm.cache_len(self.cache)
-        state = None if self.warp.greedy else self.generator.get_state()  # the u's are the verifier's next draws
-        path, emitted = verify_tree(logits, tree, self.warp)  # 3. accept/reject, then correction or bonus
-        emitted, done = decoding.cut(emitted, budget, self.eos)
-        lm.keep(self.cache, T, path[:len(emitted) - 1])  # 4. roll back: the committed text but its pending token
-        self.ids = torch.cat([self.ids, torch.tensor([emitted], device=self.ids.device)], 1)  # [1, T + k]
-        self.done = done or self.ids.shape[1] - self.prompt_len >= self.max_new_tokens
-        if not done:
-            self.drafter.commit(self.ids, len(path), path[:len(emitted)], None)
 
-        p, q, n, u, residual = self.warp.probs(logits), tree.q, len(path), None, None  # [γ+1, V], [γ, V]
-        if state is not None and len(tree):  # (no drafts: the length budget left room for one plain token)
-            replay = torch.Generator(device=self.generator.device)
-            replay.set_state(state)
-            u = torch.rand(len(tree), generator=replay, device=p.device)  # [γ] the draws verify_chain made
-            rows, drafts = torch.arange(len(tree), device=p.device), torch.tensor(tree.tokens, device=p.device)
-            passed = (u * q[rows, drafts] < p[rows, drafts]).tolist()  # [γ] u·q(x) < p(x)
-            assert (passed + [False]).index(False) == n, "the replayed accept test disagrees with the verifier"
-            u = u.tolist()
-            if n < len(tree):
-                residual = sampling.residual(p[n], q[n])  # [V] the correction's distribution
-        r = Round(len(self.rounds), T, list(tree.tokens), q, p, u, n, list(emitted), residual,
-                  (t0, t1, lm.cache_len(self.cache)), (d0, d1, lm.cache_len(draft_cache)), self.done,
-                  self.warp.temperature)
-        self.rounds.append(r)
-        return r
+class _Watched(Drafter):
+    """The stepper's chain drafter, noting its cache's length after drafting (the figures show it)."""
+
+    def __init__(self, chain: DraftModelDrafter):
+        self.chain, self.drafted = chain, 0
+
+    def start(self, target, ids: Tensor) -> None:
+        self.chain.start(target, ids)
+
+    def propose(self, ids: Tensor, warp: Warp, limit: int):
+        tree = self.chain.propose(ids, warp, limit)
+        self.drafted = lm.cache_len(self.chain.cache)
+        return tree
+
+    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
+        self.chain.commit(ids, accepted, path, hidden)
 
 
 def _piece(tokenizer, token: int) -> str:
@@ -581,7 +569,6 @@ def _bars(ax, rows: list[tuple[str, Tensor, str]], picked: int | None, top: int,
 def round_figure(r: Round, tokenizer=None, top: int = 6):
     """The round as bars: per draft, q and p of the likeliest tokens (the draft's in bold) and the test; after a
     rejection the residual beside them; the bonus position's p. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
 
     g = len(r.drafts)
     fig, axes = plt.subplots(1, g + 1, figsize=(2.6 * (g + 1), 2.8), sharey=True, squeeze=False)
@@ -628,7 +615,6 @@ def round_figure(r: Round, tokenizer=None, top: int = 6):
 def _round_html(stepper: RoundStepper, r: Round) -> str:
     """The text so far: the prompt's tail gray, earlier rounds plain, this round's accepted drafts green, its
     correction red or its bonus blue."""
-    import html
 
     tok = stepper.tokenizer
     text = lambda ids: html.escape(tok.decode(ids)) if tok is not None else " ".join(f"#{t}" for t in ids)
@@ -649,10 +635,7 @@ def round_stepper(target, draft, prompt, gamma: int = 3, temperature: float = 0.
     text so far (this round's accepted drafts green, correction red, bonus blue), the round in words and as bars
     (`round_lines`, `round_figure`). Arguments as `RoundStepper`'s; top: tokens per bar chart. Returns the widget;
     its `stepper` attribute is the RoundStepper it drives."""
-    import html
 
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
 
     stepper = RoundStepper(target, draft, prompt, gamma, temperature, tokenizer, top_k, top_p, seed, max_new_tokens,
                            eos_token_id)
@@ -662,7 +645,7 @@ def round_stepper(target, draft, prompt, gamma: int = 3, temperature: float = 0.
     def next_round(_=None):
         r = stepper.step()
         status.value = (f"<b>round {r.index + 1}</b>: {r.accepted} of {len(r.drafts)} accepted, then a {r.kind}; "
-                        f"{len(stepper.tokens)} new tokens so far (T = {stepper.warp.temperature})")
+                        f"{len(stepper.tokens)} new tokens so far (T = {r.temperature})")
         text.value = _round_html(stepper, r)
         words.value = "<pre>" + html.escape("\n".join(round_lines(r, stepper.tokenizer))) + "</pre>"
         with plot:

@@ -7,7 +7,8 @@ import torch
 
 from specdec_lab import DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, bench, lineup, report, zoo
 from specdec_lab.__main__ import main
-from specdec_lab.engines import engine_settings, sglang_flags
+from specdec_lab.engines import sglang_flags
+from specdec_lab.lineup import engine_settings
 from specdec_lab.prompts import CATEGORIES as SUITE
 from specdec_lab.prompts import load_prompts
 

@@ -16,7 +16,8 @@ import torch
 from helpers import P_MIN, RUNS, VOCAB, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
 from specdec_lab import DraftModelDrafter, Generation, generate, lm, measure, sampling, zoo
-from specdec_lab.decoding import Warp, generate_naive
+from specdec_lab.decoding import generate_naive
+from specdec_lab.sampling import Warp
 from specdec_lab.draft_models import early_exit_model, fake_quantize, fake_quantized_model
 from specdec_lab.drafters import Drafter
 from specdec_lab.sampling import verify_chain

@@ -7,7 +7,7 @@ import torch
 from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tiny_llama
 
 from specdec_lab import EagleDrafter, generate, lm, measure, zoo
-from specdec_lab.decoding import Warp
+from specdec_lab.sampling import Warp
 from specdec_lab.eagle import EAGLE_DIR, DraftLayer, EagleNet, KVCache, expand_step, select_nodes
 from specdec_lab.training import cache_states, eagle_accuracy, eagle_loss, train_eagle_net, ttt_mask, unroll
 from specdec_lab.tree import tree_depths

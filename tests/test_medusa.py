@@ -6,7 +6,7 @@ import torch
 from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tiny_llama
 
 from specdec_lab import generate, lm, measure, zoo
-from specdec_lab.decoding import Warp
+from specdec_lab.sampling import Warp
 from specdec_lab.medusa import MEDUSA_DIR, MedusaDrafter, MedusaHeads
 from specdec_lab.training import head_accuracy, head_loss, self_labels, train_heads
 from specdec_lab.tree import DraftTree, choices_parents, verify_tree_typical

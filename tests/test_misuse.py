@@ -20,7 +20,8 @@ from transformers import (BatchEncoding, BloomConfig, BloomForCausalLM, GPT2Conf
 
 from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, generate, lm,
                          lookahead_generate, masks)
-from specdec_lab.decoding import Warp, generate_naive
+from specdec_lab.decoding import generate_naive
+from specdec_lab.sampling import Warp
 from specdec_lab.eagle import EagleNet
 from specdec_lab.medusa import MedusaHeads
 

@@ -6,7 +6,7 @@ import torch
 
 import specdec_lab
 from specdec_lab import decoding, lm, measure, zoo
-from specdec_lab.decoding import Warp
+from specdec_lab.sampling import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.ngram import NgramPool, PromptLookupDrafter, ngram_table, prompt_lookup
 from specdec_lab.prompts import load_prompts

@@ -4,7 +4,7 @@ import torch
 from helpers import P_MIN, RUNS, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
 from specdec_lab import DraftModelDrafter, generate, grading, lm, measure, zoo
-from specdec_lab.decoding import Warp
+from specdec_lab.sampling import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.tree import (DraftTree, branching_parents, choices_parents, count_nodes, full_choices,
                               tree_depths, tree_logits, tree_mask, tree_positions, verify_tree,
