@@ -120,7 +120,7 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
         name, method = tuned(lambda: tune.auto_draft_model(target, draft),
                              lambda s: f"draft model, tree {s['branching']}")
         methods[name] = method
-    from specdec_lab import heads as trained
+    from specdec_lab import train_heads as trained
     from specdec_lab.eagle import EagleDrafter, EagleNet
     from specdec_lab.medusa import MedusaDrafter, MedusaHeads
 
@@ -183,7 +183,7 @@ def batch_methods(target, draft, max_new_tokens: int = 64, temperature: float = 
     not}, after "target only, batch 1" (the same prompts one at a time with `generate`: the reference of the
     greedy identity check, and what batching itself gains). The same settings as the showdown's chains: draft
     model γ, EAGLE-1 chain γ=4, prompt lookup (10, 3)."""
-    from specdec_lab import heads as trained
+    from specdec_lab import train_heads as trained
     from specdec_lab.decoding import generate
     from specdec_lab.drafters import DraftModelDrafter
     from specdec_lab.eagle import EagleDrafter, EagleNet
