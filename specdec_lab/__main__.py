@@ -213,9 +213,9 @@ def folder(text: str) -> Path:
 
 
 def heads_doc() -> str:
-    from specdec_lab import heads
+    from specdec_lab import train_heads
 
-    return heads.__doc__
+    return train_heads.__doc__
 
 
 def positive_float(text: str) -> float:
@@ -256,7 +256,8 @@ def train_heads(args) -> int:
 
     import torch
 
-    from specdec_lab import heads, zoo
+    from specdec_lab import zoo
+    from specdec_lab.train_heads import default_folder, train
 
     name = str(zoo.EMBEDDED["tiny"] / "target") if args.target == "tiny" else args.target
     device = zoo.check_device(args.device or zoo.default_device())
@@ -271,10 +272,10 @@ def train_heads(args) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = args.out or heads.default_folder(target.config.name_or_path, args.method)
+    out = args.out or default_folder(target.config.name_or_path, args.method)
     try:
-        heads.train(target, tok, args.method, out, args.minutes, args.data, args.steps, args.windows,
-                    lm_head=args.lm_head)
+        train(target, tok, args.method, out, args.minutes, args.data, args.lm_head, steps=args.steps,
+              windows=args.windows)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
         return 130

@@ -468,7 +468,7 @@ def shipped_answers(target, name: str, file: Path | str, sampled: bool = False) 
     differently, so they write their own."""
     import gzip
 
-    from specdec_lab.training import fingerprint
+    from specdec_lab.weights import fingerprint
 
     file, shipped = Path(file), SHIPPED / f"{name}{'-sampled' if sampled else ''}.jsonl.gz"
     if file.exists() or not shipped.exists():

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import checks, lm, training, vocab
+from specdec_lab import checks, lm, vocab, weights
 from specdec_lab.drafters import CHAINS_ONLY, Drafter
 from specdec_lab.masks import require_custom_masks
 from specdec_lab.ragged import Ragged
@@ -199,18 +199,19 @@ class EagleNet(nn.Module):
         info = {"version": self.version, "hidden": self.hidden, "heads": self.num_heads, "mlp": self.mlp,
                 "layers": list(self.layers), "vocab": self._lm_head.out_features,
                 "draft_vocab": None if self.d2t is None else len(self.d2t)}
-        training.save(self, Path(path) / "eagle.safetensors", {**info, **(meta or {})})
+        weights.save(self, path, f"eagle{self.version}", {**info, **(meta or {})})
 
     @classmethod
     def from_pretrained(cls, target, folder: Path | str) -> EagleNet:
         """A draft saved in `folder` (eagle.safetensors, config.json) for this target, by `specdec-lab
         train-heads` or `train-zoo`; refused, with what to do, when it was trained for another target."""
         checks.model(target, "target", "pass the target model the draft was trained for")
-        file = Path(folder) / "eagle.safetensors"
-        version = json.loads((file.parent / "config.json").read_text())["version"] if file.exists() else 1
-        meta = training.read_config(file, target, f"EAGLE-{version} weights", f"eagle{version}")
+        folder, version = Path(folder), 1
+        if (folder / "eagle.safetensors").exists():
+            version = json.loads((folder / "config.json").read_text())["version"]
+        meta = weights.read_config(folder, target, f"eagle{version}")
         net = cls(target, version, meta["heads"], meta["mlp"], meta["layers"] or None, meta.get("draft_vocab"))
-        return training.load(net, file, target)
+        return weights.load(net, folder, f"eagle{version}", target)
 
     @classmethod
     def from_zoo(cls, target, version: int = 1, root: Path | str = EAGLE_DIR) -> EagleNet:
@@ -219,10 +220,10 @@ class EagleNet(nn.Module):
         if version not in (1, 3):
             raise checks.ArgumentError(f"version must be 1 (EAGLE-1, also used by EAGLE-2) or 3 (EAGLE-3), got "
                                        f"{version!r}")
-        file = Path(root) / f"eagle{version}" / "eagle.safetensors"
-        if not file.exists():  # the zoo's own message: its drafts come from train-zoo
-            training.read_config(file, target, f"EAGLE-{version} weights", f"eagle{version}")
-        return cls.from_pretrained(target, file.parent)
+        folder = Path(root) / f"eagle{version}"
+        if not (folder / "eagle.safetensors").exists():  # the zoo's own message: its drafts come from train-zoo
+            weights.read_config(folder, target, f"eagle{version}")
+        return cls.from_pretrained(target, folder)
 
 
 # ---- EAGLE-2's dynamic tree, one step at a time ---------------------------------------------------------

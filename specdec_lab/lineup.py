@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_lab import engines, heads as trained, measure, tune
+from specdec_lab import engines, measure, train_heads as trained, tune
 from specdec_lab.decoding import Generation, generate, generate_naive
 from specdec_lab.drafters import Drafter, DraftModelDrafter
 from specdec_lab.eagle import EagleDrafter, EagleNet
@@ -44,7 +44,7 @@ BatchMethod = Callable[[list[torch.Tensor]], tuple[list[list[int]], list[int], i
 @dataclass
 class Kit:
     """What a row builds its drafter from: the pair, the trained modules loaded for the target ({kind: module},
-    kinds as `heads.METHODS` names them), and the settings the showdown's names print."""
+    kinds as `train_heads.RECIPES` names them), and the settings the showdown's names print."""
 
     target: object
     draft: object
@@ -66,7 +66,7 @@ class Row:
     name: as the tables print it (see Kit.names). make: (kit) -> a fresh drafter (None: plain decoding), decoded by
     `decoding.generate`; or loop: (target, ids, max_new_tokens, eos_token_id) -> Generation, a loop of its own.
     kind: the drafter's class (`engine_settings` finds the row by it). needs: the trained module it drafts with
-    (a key of `heads.METHODS`), or None. greedy_only: why it cannot sample ("" : exact at every temperature).
+    (a key of `train_heads.RECIPES`), or None. greedy_only: why it cannot sample ("" : exact at every temperature).
     batch: `serving.generate_batch` runs it (chapter 09). engines: (drafter, model) -> {engine: flags}, or None
     (no engine runs it). tuned: (kit) -> (drafter, name), the tuned variant `auto=True` adds after it (chapter
     08). extra: only when asked for (the CPU-sized tree: showdown_methods(small_tree=True)).
@@ -134,7 +134,7 @@ _LOAD = {"medusa": MedusaHeads.from_pretrained, "eagle1": EagleNet.from_pretrain
 
 
 def kit(target, draft, heads: dict | None = None, gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1)) -> Kit:
-    """The rows' materials for this pair: heads {kind: folder} (None: `heads.find(target)`, the zoo's for the zoo
+    """The rows' materials for this pair: heads {kind: folder} (None: `train_heads.find(target)`, the zoo's for the zoo
     target, else what `specdec-lab train-heads` trained for it), each loaded once per target and folder."""
     heads = trained.find(target) if heads is None else heads
     return Kit(target, draft, {m: _loaded(target, folder, _LOAD[m]) for m, folder in heads.items()}, gamma,

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import checks, training, vocab
+from specdec_lab import checks, vocab, weights
 from specdec_lab.drafters import Drafter
 from specdec_lab.masks import require_custom_masks
 from specdec_lab.sampling import Warp
@@ -132,11 +132,10 @@ class MedusaHeads(nn.Module):
         """Heads saved in `folder` (heads.safetensors, config.json) for this target, by `specdec-lab train-heads`
         or `train-zoo`; refused, with what to do, when they were trained for another target."""
         checks.model(target, "target", "pass the target model the heads were trained for")
-        file = Path(folder) / "heads.safetensors"
-        meta = training.read_config(file, target, "Medusa heads", "medusa")
+        meta = weights.read_config(folder, target, "medusa")
         heads = cls.for_target(target, meta["num_heads"], shared_lm_head=not meta.get("own_lm_heads", False),
                                draft_vocab=meta.get("draft_vocab"))
-        heads = training.load(heads, file, target)
+        heads = weights.load(heads, folder, "medusa", target)
         if "choices" in meta:  # the tree tuned for them (heads saved before tuning existed have none)
             heads.choices = [tuple(c) for c in meta["choices"]]
         return heads
@@ -153,7 +152,7 @@ class MedusaHeads(nn.Module):
         head = self._lm_head if self.lm_heads is None else self.lm_heads[0]
         info = {"num_heads": self.num_heads, "hidden": head.in_features, "vocab": head.out_features,
                 "own_lm_heads": self.lm_heads is not None, "draft_vocab": None if self.d2t is None else len(self.d2t)}
-        training.save(self, Path(path) / "heads.safetensors", {**info, **(meta or {})})
+        weights.save(self, path, "medusa", {**info, **(meta or {})})
 
 
 # ---- drafting --------------------------------------------------------------------------------------

@@ -29,11 +29,9 @@ file into train and validation. Training is resumable: interrupt it and run the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import shutil
-import sysconfig
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_lab.precision import autocast
+from specdec_lab.train_heads import corpus_files, read_texts, token_stream  # the course corpus
 from specdec_lab.training import lr_at, optimizer_step
 
 SEQ_LEN = 384
@@ -67,25 +66,6 @@ DRAFT = ModelSpec(hidden=256, layers=2, heads=4, mlp=768, tokens=6_000_000, lr=2
 # Weights ship in bfloat16 (they were trained under bf16 autocast): half the bytes, which keeps the whole zoo
 # (models, Medusa heads, EAGLE drafts) under 40 MB. load_pair() upcasts them to float32 for exact comparisons.
 SHIP_DTYPE = {"target": torch.bfloat16, "draft": torch.bfloat16}
-
-
-# ----------------------------------------------------------------------------- corpus
-def corpus_files() -> tuple[list[Path], list[Path]]:
-    """Standard-library .py files (no tests), split by a hash of the relative path: ~5% validation."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
-    train, val = [], []
-    for p in sorted(root.rglob("*.py")):
-        rel = p.relative_to(root)
-        if skip & set(rel.parts) or rel.name.startswith("test_"):
-            continue
-        bucket = int(hashlib.sha1(str(rel).encode()).hexdigest(), 16) % 20
-        (val if bucket == 0 else train).append(p)
-    return train, val
-
-
-def read_texts(files: list[Path]) -> list[str]:
-    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
 
 
 # -------------------------------------------------------------------------- tokenizer
@@ -117,15 +97,6 @@ def save_tokenizer(tok, out_dir: Path) -> None:
     for key in ("backend", "is_local", "local_files_only"):  # 5.x bookkeeping, meaningless to 4.x
         config.pop(key, None)
     path.write_text(json.dumps(config, indent=2) + "\n")
-
-
-def token_stream(texts: list[str], tokenizer) -> torch.Tensor:
-    """All texts concatenated, each followed by EOS (when the tokenizer has one): [N] int64."""
-    eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]  # a tokenizer may have no EOS
-    ids: list[int] = []
-    for enc in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]:
-        ids.extend(enc + eos)
-    return torch.tensor(ids, dtype=torch.long)
 
 
 def val_windows(val_ids: torch.Tensor, n: int | None = None) -> torch.Tensor:
@@ -380,92 +351,34 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
     (zoo_dir / "README.md").write_text("\n".join(lines))
 
 
-def cached_windows(tok, cfg: dict, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The windows the target's states are cached for: cfg["windows"] random training windows of cfg["seq_len"]
-    tokens (drawn with `seed`), [N, T], and the first cfg["val_windows"] validation windows, cut to T."""
+# ----------------------------------------------------------------------------- Medusa heads, EAGLE drafts
+# train-heads' recipes (train_heads.RECIPES) on the zoo's own windows: Medusa-1 as published (Cai et al. 2024), each
+# head its own LM head; EAGLE-1 and EAGLE-3 (Li et al. 2024, 2025) on the same windows and steps (the same data budget),
+# with an MLP of 512 (the target's is 768). (seed of the training windows, validation windows)
+WINDOWS = {"medusa": (3, 64), "eagle1": (5, 48), "eagle3": (5, 48)}
+
+
+def zoo_windows(tok, n: int, seq_len: int, n_val: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n random training windows of seq_len tokens (drawn with `seed`), [n, T], and the first n_val validation
+    windows cut to T, [n_val, T]: the windows the target's states are cached for."""
     train_files, val_files = corpus_files()
     train_ids = token_stream(read_texts(train_files), tok)
     g = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, len(train_ids) - cfg["seq_len"], (cfg["windows"],), generator=g).tolist()
-    x = torch.stack([train_ids[s: s + cfg["seq_len"]] for s in starts])  # [N, T]
-    return x, val_windows(token_stream(read_texts(val_files), tok))[: cfg["val_windows"], : cfg["seq_len"]]
+    starts = torch.randint(0, len(train_ids) - seq_len, (n,), generator=g).tolist()
+    x = torch.stack([train_ids[s: s + seq_len] for s in starts])  # [n, T]
+    return x, val_windows(token_stream(read_texts(val_files), tok))[:n_val, :seq_len]
 
 
-# ----------------------------------------------------------------------------- medusa heads
-# Medusa-1 as published (Cai et al. 2024): each head its own residual block and its own LM head (initialised from
-# the target's), on the EAGLE drafts' step budget.
-MEDUSA = {"heads": 4, "windows": 1200, "seq_len": 256, "steps": 1200, "batch": 8, "lr": 1e-3, "val_windows": 64}
+def train_method(out_dir: Path, method: str, zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
+    """`method`'s heads or draft ("medusa", "eagle1", "eagle3") for the frozen target of zoo_dir, self-distilled by
+    train-heads' front-end with its recipe (`train_heads.train`), saved to out_dir/<method>. Minutes on a CPU."""
+    from specdec_lab import train_heads, zoo
 
-
-def train_medusa(out_dir: Path, zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
-    """Medusa-1 heads on the frozen target of zoo_dir, self-distilled; saved to out_dir/medusa. Minutes on a CPU.
-
-    The target reads 1200 random training windows once (its last hidden states are cached in bf16), then
-    only the heads train. Labels are the target's own greedy predictions (see training.self_labels); the
-    card also records each head's accuracy against the raw text.
-    """
-    from specdec_lab import medusa, training, tune, zoo
-
-    cfg = dict(MEDUSA, steps=steps or MEDUSA["steps"])
-    t0 = time.time()
     target, _, tok = zoo.load_pair(str(zoo_dir))
-    x, val = cached_windows(tok, cfg, seed=3)  # [N, T] training, [n, T] validation
-    hidden, best = training.cache_hidden(target, x)  # [N, T, H] bf16, [N, T]
-    print(f"medusa: cached the target's hidden states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
-    heads = medusa.MedusaHeads.for_target(target, cfg["heads"], shared_lm_head=False).float()
-    log = training.train_heads(heads, hidden, training.self_labels(x, best), cfg["steps"], cfg["batch"], cfg["lr"])
-    v_hidden, v_best = training.cache_hidden(target, val)
-    topk = training.head_accuracy(heads, v_hidden, training.self_labels(val, v_best), ks=medusa.TOPK)
-    card = {**training.fingerprint(target), "config": cfg, "labels": "self-distilled",
-            "lm_head": "each head its own, initialised from the target's",
-            "log": log, "seconds": round(time.time() - t0, 1),
-            "val_accuracy_vs_target": {k: topk[k] for k in (1, 5)},
-            "val_accuracy_vs_text": training.head_accuracy(heads, v_hidden, val)}
-    card.update(tune.medusa_card(topk))
-    heads.save(out_dir / "medusa", meta=card)
-    print(json.dumps({k: card[k] for k in ("seconds", "val_accuracy_vs_target", "val_accuracy_vs_text")}))
-    return card
-
-
-# ----------------------------------------------------------------------------- EAGLE drafts
-# The same data budget for both versions: the same windows, steps and batch. EAGLE-1 adds noise of std 0.1 to
-# its input features (they have an RMS of about 1.6); EAGLE-3 unrolls 3 training-time-test steps instead.
-EAGLE = {"windows": 800, "seq_len": 256, "steps": 1200, "batch": 8, "lr": 3e-3, "heads": 4, "mlp": 512,
-         "val_windows": 48, "noise": {1: 0.1, 3: 0.0}, "ttt_steps": {1: 1, 3: 3}}
-
-
-def train_eagle(out_dir: Path, version: int = 1, zoo_dir: Path = ZOO_DIR, steps: int | None = None) -> dict:
-    """An EAGLE-1 or EAGLE-3 draft for the frozen target of zoo_dir, self-distilled; saved to out_dir/eagle{version}.
-
-    Both versions read the same cached target states of the same training windows for the same number of
-    steps (the same data budget): EAGLE-1 the last hidden state, with feature regression + 0.1 token CE;
-    EAGLE-3 three fused layers, token CE only, unrolled over 3 training-time-test steps.
-    """
-    from specdec_lab import eagle, training, zoo
-
-    if version not in (1, 3):
-        raise ValueError(f"version must be 1 or 3, got {version!r}")
-    cfg = dict(EAGLE, steps=steps or EAGLE["steps"], noise=EAGLE["noise"][version],
-               ttt_steps=EAGLE["ttt_steps"][version])
-    t0 = time.time()
-    target, _, tok = zoo.load_pair(str(zoo_dir))
-    net = eagle.EagleNet(target, version, cfg["heads"], cfg["mlp"])
-    x, val = cached_windows(tok, cfg, seed=5)  # [N, T] training, [n, T] validation
-    states, best = training.cache_states(target, x, net.layers)  # [N, T, S, H] bf16, [N, T]
-    print(f"eagle-{version}: cached the target's states of {x.numel():,} tokens ({time.time() - t0:.0f} s)")
-    t1 = time.time()
-    log = training.train_eagle_net(net, states, x, best, cfg["steps"], cfg["batch"], cfg["lr"], cfg["ttt_steps"],
-                                cfg["noise"])
-    train_seconds, seconds = round(time.time() - t1, 1), round(time.time() - t0, 1)
-    v_states, v_best = training.cache_states(target, val, net.layers)
-    card = {**training.fingerprint(target), "config": cfg, "embedding_and_lm_head": "the target's, frozen",
-            "labels": "self-distilled",
-            "log": log, "seconds": seconds, "train_seconds": train_seconds, "threads": torch.get_num_threads(),
-            "val_accuracy_vs_target": [round(a, 4) for a in training.eagle_accuracy(net, v_states, val, v_best)]}
-    del states
-    net.save(out_dir / f"eagle{version}", meta=card)
-    print(json.dumps({k: card[k] for k in ("seconds", "train_seconds", "val_accuracy_vs_target")}))
-    return card
+    recipe, (seed, n_val) = train_heads.RECIPES[method], WINDOWS[method]
+    data = zoo_windows(tok, recipe.windows, recipe.seq_len, n_val, seed)  # [N, T] training, [n_val, T] validation
+    return train_heads.train(target, tok, method, out_dir / method, data=data, steps=steps,
+                             mlp=None if method == "medusa" else 512)
 
 
 def default_work() -> Path:
@@ -509,11 +422,8 @@ def main(work: Path | None = None, measure_only: bool = False, train_only: bool 
     if stage in ("medusa", "eagle"):
         torch.set_num_threads(threads)
         print(f"{stage}: training for the target in {source}")
-        if stage == "medusa":
-            train_medusa(zoo_dir, source)
-        else:
-            for version in (1, 3):
-                train_eagle(zoo_dir, version, source)
+        for method in WRITES[stage]:  # the folders a stage writes are named by their methods
+            train_method(zoo_dir, method, source)
         return
     if not measure_only:
         # One thread: as fast as two here with bf16, and immune to stalls when other work takes a core.
@@ -553,10 +463,9 @@ def main(work: Path | None = None, measure_only: bool = False, train_only: bool 
         }
         (zoo_dir / "card.json").write_text(json.dumps({"figures": None, "training": training}, indent=2) + "\n")
         source = zoo_dir
-        if stage == "all":
-            train_medusa(zoo_dir, zoo_dir)  # the heads of chapter 05, on the target just saved
-            for version in (1, 3):  # the EAGLE drafts of chapter 06, likewise
-                train_eagle(zoo_dir, version, zoo_dir)
+        if stage == "all":  # the heads of chapter 05 and the drafts of chapter 06, on the target just saved
+            for method in WRITES["medusa"] + WRITES["eagle"]:
+                train_method(zoo_dir, method, zoo_dir)
         torch.set_num_threads(default_threads)  # latencies are measured with the default thread count
         if train_only:
             return

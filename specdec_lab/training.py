@@ -5,17 +5,18 @@ frozen. The target's part never changes, so it runs once: `cache_states` stores 
 one, plus any chosen layers) and its own greedy choices, the labels of self-distillation. After that a step
 reads a few random cached windows and never runs the target. The two methods differ only in what a module
 computes from those states and how it is scored, so one loop serves both: `fit` takes the loss as a function
-of the sampled windows, and does the rest the same way for both (AdamW, the schedule `lr_at`, optional
-gradient clipping, the log). `save` and `load` write and read the weights the zoo ships.
+of the sampled windows (`medusa_objective`, `eagle_objective`) and a `Recipe` (steps, batch, learning rate,
+clipping), and does the rest the same way for both (AdamW, the schedule `lr_at`, the log, a checkpoint).
 
 The losses live here too, next to the loop they feed, while medusa.py and eagle.py keep the modules and their
-drafters:
+drafters (and weights.py their files):
 
     Medusa-1 (chapter 05)   cache_hidden, self_labels, head_loss (head k scored k + 2 ahead), train_heads, head_accuracy
     EAGLE (chapter 06)      ttt_mask, unroll (the training-time test), eagle_loss, train_eagle_net, eagle_accuracy
 
 They use only what the module passed in computes (its forward, `combine`, `to_draft`, `draft_logits`), so this
-file imports neither medusa nor eagle, and they import it for `save` and `load`.
+file imports neither medusa nor eagle. `specdec-lab train-heads` and `train-zoo` run them through one front-end,
+train_heads.py, whose table RECIPES holds each method's Recipe.
 
 The zoo's language models (train_zoo.train) share `lr_at` and `optimizer_step` but keep a loop of their own:
 see that function's docstring for why.
@@ -23,22 +24,47 @@ see that function's docstring for why.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specdec_lab import lm
+from specdec_lab import lm, vocab
 from specdec_lab.precision import autocast
 
-__all__ = ["cache_states", "lr_at", "optimizer_step", "fit", "save", "architecture", "fingerprint", "read_config",
-           "load", "cache_hidden", "self_labels", "head_loss", "train_heads", "head_accuracy", "ttt_mask", "unroll",
-           "eagle_loss", "train_eagle_net", "eagle_accuracy"]
+__all__ = ["Recipe", "cache_states", "lr_at", "optimizer_step", "fit", "cache_hidden", "self_labels", "head_loss",
+           "medusa_objective", "train_heads", "head_accuracy", "ttt_mask", "unroll", "eagle_loss", "eagle_objective",
+           "train_eagle_net", "eagle_accuracy"]
+
+SAVE_EVERY = 60.0  # seconds between two checkpoints of a run
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one head set or draft trains (a row of train_heads.RECIPES; the card records it as "config").
+
+    `fit` reads steps, batch, lr, clip, seed and log_every; `eagle_objective` noise and ttt_steps; the front-end
+    the rest: how many windows of how many tokens, the module's size, the draft vocabulary.
+    """
+    steps: int = 300  # optimizer steps (an upper bound under a time budget)
+    batch: int = 8  # cached windows per step
+    lr: float = 1e-3  # the peak learning rate (`lr_at`)
+    clip: float | None = None  # the bound on the gradient norm; None: not clipped
+    seed: int = 0  # the batches (and, in the front-end, the windows and the initial weights)
+    log_every: int = 25  # the log holds step 1 and every log_every-th
+    version: int | None = None  # EAGLE-1 or EAGLE-3; None: Medusa heads
+    heads: int | None = None  # Medusa: how many heads; EAGLE: attention heads (None: the target's)
+    mlp: int | None = None  # EAGLE's MLP width (None: the target's)
+    noise: float = 0.0  # EAGLE-1: the std of Gaussian noise on the input features
+    ttt_steps: int = 1  # EAGLE: unrolled training-time-test steps
+    windows: int = 800  # training windows whose target states are cached (capped to fit in memory)
+    seq_len: int = 256  # tokens per window
+    draft_vocab: int | None = None  # score only this many frequent tokens, where the vocabulary is over twice that
 
 
 @torch.no_grad()
@@ -90,25 +116,25 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor, lr: float, clip: fl
 
 
 def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Tensor, list[float]]],
-        n_examples: int, steps: int, batch: int, lr: float, clip: float | None = None, seed: int = 0,
-        log_every: int = 25, progress: bool = True, precision: str = "auto", desc: str = "training",
-        checkpoint: Path | str | None = None, deadline: float | None = None, save_every: float = 60.0) -> list[tuple]:
-    """Train module's trainable parameters for `steps` steps; returns the log [(step, *parts), ...].
+        n_examples: int, recipe: Recipe, progress: bool = True, precision: str = "auto",
+        checkpoint: Path | str | None = None, deadline: float | None = None) -> list[tuple]:
+    """Train module's trainable parameters for recipe.steps steps; returns the log [(step, *parts), ...].
 
-    Each step draws `batch` random example indices idx [batch] out of n_examples (from a generator seeded
-    with `seed`) and calls loss_fn(idx, generator) -> (loss, parts): the loss to minimise and the numbers
+    Each step draws recipe.batch random example indices idx [batch] out of n_examples (from a generator seeded
+    with recipe.seed) and calls loss_fn(idx, generator) -> (loss, parts): the loss to minimise and the numbers
     to log (floats; the generator is there for any noise the loss adds). AdamW without weight decay, the
-    learning rate `lr_at(step, steps, lr)`, the gradient norm clipped to `clip` (None: not clipped). The log
-    holds step 1 and every `log_every`-th. precision: "auto" runs the products in bf16 only where the
-    hardware does bf16 natively (`precision.autocast`), "fp32" gives the same numbers on every machine.
+    learning rate `lr_at(step, steps, recipe.lr)`, the gradient norm clipped to recipe.clip. precision: "auto"
+    runs the products in bf16 only where the hardware does bf16 natively (`precision.autocast`), "fp32" gives
+    the same numbers on every machine.
 
     checkpoint: a file that holds the run so far (weights, optimizer, generator, log, step), written every
-    `save_every` seconds and when the run stops; a run that finds it resumes from it (`steps` included) and
-    deletes it when done. deadline: a time.monotonic() after which the run stops early, saving the checkpoint.
+    SAVE_EVERY seconds and when the run stops; a run that finds it resumes from it (its step count included)
+    and deletes it when done. deadline: a time.monotonic() after which the run stops early, saving the checkpoint.
     """
     from tqdm.auto import tqdm
 
-    g = torch.Generator().manual_seed(seed)
+    steps, batch, lr = recipe.steps, recipe.batch, recipe.lr
+    g = torch.Generator().manual_seed(recipe.seed)
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     log, first = [], 0
@@ -124,7 +150,8 @@ def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Te
                     "log": log, "step": done, "steps": steps}, checkpoint)
 
     module.train()
-    bar = tqdm(range(first, steps), desc=desc, disable=not progress, mininterval=2, initial=first, total=steps)
+    bar = tqdm(range(first, steps), desc=type(module).__name__, disable=not progress, mininterval=2, initial=first,
+               total=steps)
     saved, done, g_done = time.monotonic(), first, g.get_state()
     try:
         for step in bar:
@@ -133,12 +160,12 @@ def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Te
             idx = torch.randint(0, n_examples, (batch,), generator=g)  # [batch] which examples this step reads
             with autocast(params[0].device, precision):
                 loss, parts = loss_fn(idx, g)
-            optimizer_step(opt, loss, lr_at(step, steps, lr), clip)
-            if (step + 1) % log_every == 0 or step == 0:
+            optimizer_step(opt, loss, lr_at(step, steps, lr), recipe.clip)
+            if (step + 1) % recipe.log_every == 0 or step == 0:
                 log.append((step + 1, *[round(v, 4) for v in parts]))
             done, g_done = step + 1, g.get_state()
             bar.set_postfix(loss=f"{loss.item():.3f}")
-            if checkpoint is not None and time.monotonic() - saved > save_every:
+            if checkpoint is not None and time.monotonic() - saved > SAVE_EVERY:
                 save()
                 saved = time.monotonic()
     except KeyboardInterrupt:  # Ctrl-C: keep what was trained (a step cut short is redone, on the same examples)
@@ -154,94 +181,6 @@ def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Te
             Path(checkpoint).unlink()  # finished: the checkpoint has served its purpose
     module.eval()
     return log
-
-
-# ---- the zoo's files: <name>.safetensors (bfloat16) beside config.json ----------------------------------
-
-
-def save(module: nn.Module, file: Path | str, config: dict) -> None:
-    """module's state dict in `file` (bfloat16: half the bytes) and `config` in config.json beside it."""
-    from safetensors.torch import save_file
-
-    file = Path(file)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v).contiguous()  # ids stay ints
-               for k, v in module.state_dict().items()}, file)
-    (file.parent / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-
-
-# The config fields that decide whether weights trained on a target fit it, read by name (a config's to_dict() differs
-# between transformers versions: 5.x moved the rope settings into `rope_parameters` and renamed torch_dtype).
-ARCHITECTURE = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "hidden_act", "rms_norm_eps",
-                "layer_norm_epsilon", "max_position_embeddings")
-
-
-def architecture(config) -> dict:
-    """The target's architecture as `fingerprint` records it: the ARCHITECTURE fields it has and its rotary
-    positions (`lm.rope`), alike under every supported transformers version."""
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    arch = {k: getattr(config, k) for k in ARCHITECTURE if getattr(config, k, None) is not None}
-    if rope := lm.rope(config):
-        arch["rope"] = rope
-    return json.loads(json.dumps(arch, sort_keys=True, default=str))  # plain JSON values, as read back from a card
-
-
-def fingerprint(target) -> dict:
-    """What identifies the target a module was trained for, recorded in its config.json: a name, its architecture
-    (`architecture`: sizes, vocabulary, tying, positions), the hidden and vocabulary sizes, and a probe of 32 LM-head
-    weights (the same architecture with other weights: a fine-tune, a random init)."""
-    config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-    w = target.get_output_embeddings().weight  # [V, H]
-    rows = torch.linspace(0, w.shape[0] - 1, 8).long().tolist()
-    cols = torch.linspace(0, w.shape[1] - 1, 4).long().tolist()
-    probe = w.detach()[rows][:, cols].float().flatten().tolist()  # [32]
-    name = str(getattr(config, "_name_or_path", "") or config.model_type)
-    name = "/".join(Path(name).parts[-2:]) if Path(name).is_dir() else name  # a local folder: its last two parts
-    return {"target": name, "architecture": architecture(config), "hidden": config.hidden_size,
-            "vocab": config.vocab_size, "probe": [round(x, 6) for x in probe]}
-
-
-def read_config(file: Path | str, target, what: str, method: str) -> dict:
-    """The config.json beside weights `file`, checked against `target`: the hidden and vocabulary sizes, and,
-    where it records them (`fingerprint`), the architecture (each field that differs is named) and the LM-head
-    probe.
-
-    what: the module, for the messages ("Medusa heads"); method: what `specdec-lab train-heads --method` trains it
-    ("medusa", "eagle1", "eagle3").
-    """
-    file = Path(file)
-    train = (f"`specdec-lab train-heads --target <your target> --method {method}` (minutes; for the zoo target "
-             f"also `specdec-lab train-zoo --stage {method.rstrip('13')}`)")
-    if not file.exists():
-        raise FileNotFoundError(f"no {what} in {file.parent}: train them with {train}")
-    meta = json.loads((file.parent / "config.json").read_text())
-    mine = fingerprint(target)
-    H, V = mine["hidden"], mine["vocab"]
-    trained_for = f"{what} in {file.parent} were trained for {meta.get('target', 'another target')}"
-    if meta["hidden"] != H or meta["vocab"] != V:
-        raise ValueError(f"the {what} in {file.parent} were trained for hidden {meta['hidden']} / vocab "
-                         f"{meta['vocab']}, not this target's {H} / {V}: use the target they were trained for, "
-                         f"or train {what} for yours with {train}")
-    theirs, ours = meta.get("architecture"), mine["architecture"]  # none in an older card: sizes and probe decide
-    differ = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k)) if theirs else []
-    if differ:
-        says = "; ".join(f"{k}: {theirs.get(k)} there, {ours.get(k)} here" for k in differ)
-        raise ValueError(f"the {trained_for}, whose architecture is not this target's ({mine['target']}: {says}): "
-                         f"train {what} for it with {train}")
-    if "probe" in meta and not torch.allclose(torch.tensor(meta["probe"]), torch.tensor(mine["probe"]),
-                                              rtol=2e-2, atol=1e-4):
-        raise ValueError(f"the {trained_for}, which has this target's architecture but other weights (its LM "
-                         f"head differs): train {what} for this target with {train}")
-    return meta
-
-
-def load(module: nn.Module, file: Path | str, target) -> nn.Module:
-    """module with the weights `save` wrote to `file` (read as float32), on target's device and dtype, in eval mode."""
-    from safetensors.torch import load_file
-
-    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in load_file(Path(file)).items()})
-    return module.to(device=target.device, dtype=target.dtype).eval()
 
 
 # ---- Medusa-1's heads (chapter 05): the target stays frozen -----------------------------------------------
@@ -286,23 +225,27 @@ def head_loss(logits: Tensor, labels: Tensor, weights: Sequence[float] | None = 
     return total, per_head
 
 
-def train_heads(heads: nn.Module, hidden: Tensor, labels: Tensor, steps: int = 300, batch: int = 8,
-                lr: float = 1e-3, seed: int = 0, log_every: int = 25, progress: bool = True,
-                precision: str = "auto") -> list[tuple]:
+def medusa_objective(heads: nn.Module, hidden: Tensor, labels: Tensor) -> Callable:
+    """`fit`'s loss_fn for Medusa heads on cached hidden states [N, T, H] and labels [N, T] (token ids): each
+    step's windows idx -> (head_loss, per-head CE), scored over the heads' draft vocabulary where they have one."""
+    device = heads.heads[0].linear.weight.device  # the cached states wait in host memory
+    if heads.d2t is not None:  # draft indices; -100 (not scored) outside the draft vocabulary
+        labels = vocab.to_draft(labels, heads.d2t.cpu(), heads.vocab)
+
+    def loss(idx: Tensor, _) -> tuple[Tensor, list[float]]:  # [b, T, H] -> logits [K, b, T, Vd], scored
+        return head_loss(heads(hidden[idx].to(device).float(), draft=True), labels[idx].to(device))
+    return loss
+
+
+def train_heads(heads: nn.Module, hidden: Tensor, labels: Tensor, progress: bool = True, precision: str = "auto",
+                **recipe) -> list[tuple]:
     """Train the heads on cached hidden states [N, T, H] and labels [N, T]; returns the log [(step, ce_0, ..)].
 
-    `fit`: AdamW with a short warmup and cosine decay, no gradient clipping. Each step reads
-    `batch` random cached windows; the target is never run here. precision: "auto" runs the products in
-    bf16 only where the hardware does bf16 natively (see `precision.autocast`), "fp32" gives the same
-    numbers on every machine.
+    recipe: `Recipe` fields (steps=300, batch=8, lr=1e-3, seed=0, log_every=25 unless given): `fit`, AdamW with a
+    short warmup and cosine decay, no gradient clipping. The target is never run here. precision: "auto" runs the
+    products in bf16 only where the hardware does bf16 natively, "fp32" gives the same numbers on every machine.
     """
-    device = heads.heads[0].linear.weight.device  # the cached states wait in host memory
-
-    def loss(idx, _):  # [b, T, H] -> logits [K, b, T, V], scored
-        return head_loss(heads(hidden[idx].to(device).float()), labels[idx].to(device))
-
-    return fit(heads, loss, len(hidden), steps, batch, lr, seed=seed, log_every=log_every,
-                        progress=progress, precision=precision, desc="medusa heads")
+    return fit(heads, medusa_objective(heads, hidden, labels), len(hidden), Recipe(**recipe), progress, precision)
 
 
 @torch.no_grad()
@@ -398,26 +341,31 @@ def eagle_loss(net: nn.Module, states: Tensor, x: Tensor, labels: Tensor, steps:
     return total, per_step
 
 
-def train_eagle_net(net: nn.Module, states: Tensor, x: Tensor, labels: Tensor, steps: int = 400, batch: int = 8,
-                    lr: float = 1e-3, ttt_steps: int = 1, noise: float = 0.0, seed: int = 0, log_every: int = 25,
-                    progress: bool = True, precision: str = "auto") -> list[tuple]:
+def eagle_objective(net: nn.Module, states: Tensor, x: Tensor, labels: Tensor, recipe: Recipe) -> Callable:
+    """`fit`'s loss_fn for an EAGLE draft on cached states [N, T, S, H], text [N, T] and labels [N, T]: each step's
+    windows idx -> (eagle_loss with recipe.ttt_steps and recipe.noise, [loss, *per-step CE, feature loss])."""
+    device = net.fc.weight.device  # the cached states wait in host memory; each batch moves to the draft
+
+    def loss(idx: Tensor, g: torch.Generator) -> tuple[Tensor, list[float]]:
+        total, parts = eagle_loss(net, states[idx].to(device), x[idx].to(device), labels[idx].to(device),
+                                  recipe.ttt_steps, recipe.noise, g)
+        return total, [total.item(), *parts]
+    return loss
+
+
+def train_eagle_net(net: nn.Module, states: Tensor, x: Tensor, labels: Tensor, progress: bool = True,
+                    precision: str = "auto", **recipe) -> list[tuple]:
     """Train the draft on cached states [N, T, S, H], text [N, T] and labels [N, T]; returns the loss log
     [(step, loss, *per-step CE, feature loss for version 1)].
 
-    `fit`: AdamW, warmup then cosine decay, the gradient norm clipped to 1; the target is never run
-    here. precision: "auto" runs the products in bf16 only where the hardware does bf16 natively
-    (`precision.autocast`); "fp32" gives the same numbers on every machine.
+    recipe: `Recipe` fields (steps=400, clip=1.0, ttt_steps=1, noise=0.0, batch=8, lr=1e-3, seed=0 unless given):
+    `fit`, AdamW, warmup then cosine decay; the target is never run here. precision: "auto" runs the products in
+    bf16 only where the hardware does bf16 natively (`precision.autocast`); "fp32" gives the same numbers on
+    every machine.
     """
-    device = net.fc.weight.device  # the cached states wait in host memory; each batch moves to the draft
-
-    def loss(idx, g):
-        total, parts = eagle_loss(net, states[idx].to(device), x[idx].to(device), labels[idx].to(device),
-                                  ttt_steps, noise, g)
-        return total, [total.item(), *parts]
-
-    torch.manual_seed(seed)  # seeds the global generator, as this function always has (the noise uses fit's)
-    return fit(net, loss, len(states), steps, batch, lr, clip=1.0, seed=seed, log_every=log_every,
-                        progress=progress, precision=precision, desc=f"eagle-{net.version}")
+    recipe = Recipe(**{"steps": 400, "clip": 1.0, **recipe})
+    torch.manual_seed(recipe.seed)  # seeds the global generator, as this function always has (the noise uses fit's)
+    return fit(net, eagle_objective(net, states, x, labels, recipe), len(states), recipe, progress, precision)
 
 
 @torch.no_grad()

@@ -55,7 +55,7 @@ TEST_SECONDS = {"test_real_model.py": 400, "test_decoding.py": 94, "test_tree.py
                 "test_notebooks.py": 66, "test_bench.py": 60, "test_sampling.py": 40,
                 "test_browser.py": 34, "test_medusa.py": 33, "test_identity.py": 33, "test_tune.py": 30,
                 "test_architectures.py": 24, "test_lookahead.py": 23, "test_grading_03.py": 20,
-                "test_grading_10.py": 14, "test_heads.py": 13, "test_device.py": 13, "test_ngram.py": 9,
+                "test_grading_10.py": 14, "test_train_heads.py": 13, "test_device.py": 13, "test_ngram.py": 9,
                 "test_grading_04.py": 8}
 
 

@@ -174,8 +174,8 @@ HEADS = ["medusa", "eagle1", "eagle2", "eagle3"]  # eagle2: the EAGLE-1 draft wi
 @pytest.fixture(scope="module")
 def trained(pair, tmp_path_factory):
     """{method: folder} of Medusa heads, EAGLE-1 and EAGLE-3 drafts trained for the pair's target by
-    `heads.train` (what `specdec-lab train-heads` runs) for a few steps on random text, and saved."""
-    from specdec_lab import heads
+    `train_heads.train` (what `specdec-lab train-heads` runs) for a few steps on random text, and saved."""
+    from specdec_lab import train_heads
 
     family, target, _ = pair
     folder = tmp_path_factory.mktemp(f"{family}-heads")
@@ -185,10 +185,10 @@ def trained(pair, tmp_path_factory):
         words = torch.randint(0, VOCAB, (600,), generator=g).tolist()
         (folder / "text" / f"{i}.txt").write_text(" ".join(f"t{w}" for w in words))
     out = {}
-    for method in heads.METHODS:
+    for method in train_heads.METHODS:
         out[method] = folder / method
-        card = heads.train(target, _tokenizer(), method, out[method], data=folder / "text", steps=20, windows=16,
-                           seq_len=32, progress=False)
+        card = train_heads.train(target, _tokenizer(), method, out[method], data=folder / "text", steps=20,
+                                 windows=16, seq_len=32, progress=False)
         assert card["finished"] and card["target"].endswith("target"), card
     return out
 

@@ -113,12 +113,12 @@ def test_methods_without_heads_say_how_to_train_them(pair):
 
 
 def test_the_zoo_target_finds_its_shipped_heads_and_no_other_does(pair, tmp_path, monkeypatch):
-    from specdec_lab import heads
+    from specdec_lab import train_heads
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no heads trained by the user
     target, draft, _ = pair
-    assert sorted(heads.find(target)) == ["eagle1", "eagle3", "medusa"]
-    assert heads.find(draft) == {}, "the shipped heads were trained for the zoo target, not its draft"
+    assert sorted(train_heads.find(target)) == ["eagle1", "eagle3", "medusa"]
+    assert train_heads.find(draft) == {}, "the shipped heads were trained for the zoo target, not its draft"
 
 
 def test_command_line(tmp_path, capsys):

@@ -41,14 +41,14 @@ def test_shipped_answers_start_the_cache_only_for_the_weights_that_wrote_them(tm
 
     from helpers import tiny_llama
 
-    from specdec_lab import training
+    from specdec_lab import weights
 
     model, other = tiny_llama(layers=1, seed=0), tiny_llama(layers=1, seed=1)
     rows = [{"id": "chat-0", "category": "chat", "prompt": "Say hi.", "answer": "Hi!"}]
     monkeypatch.setattr(chat, "SHIPPED", tmp_path / "shipped")
     chat.SHIPPED.mkdir()
     (chat.SHIPPED / "m.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
-    (chat.SHIPPED / "m.json").write_text(json.dumps(training.fingerprint(model)))
+    (chat.SHIPPED / "m.json").write_text(json.dumps(weights.fingerprint(model)))
     assert not chat.shipped_answers(other, "m", tmp_path / "other.jsonl"), "other weights answer for themselves"
     assert not (tmp_path / "other.jsonl").exists()
     assert chat.shipped_answers(model, "m", tmp_path / "mine.jsonl")

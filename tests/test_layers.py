@@ -22,9 +22,9 @@ import specdec_lab
 PACKAGE = Path(specdec_lab.__file__).parent
 LAYERS = {
     "core": {"checks", "precision", "masks", "lm", "ragged", "sampling", "economics", "tree", "vocab"},
-    "methods": {"draft_models", "training", "drafters", "ngram", "medusa", "eagle"},
+    "methods": {"draft_models", "training", "weights", "drafters", "ngram", "medusa", "eagle"},
     "loops": {"decoding", "lookahead", "serving"},
-    "tools": {"zoo", "prompts", "chat", "measure", "identity", "tune", "heads", "train_zoo", "engines", "bench",
+    "tools": {"zoo", "prompts", "chat", "measure", "identity", "tune", "train_heads", "train_zoo", "engines", "bench",
               "widgets", "viz", "grading", "lineup", "report", "__main__", "__init__"},
 }
 RANK = {module: rank for rank, modules in enumerate(LAYERS.values()) for module in modules}

@@ -144,18 +144,15 @@ def shipped_untouched():
 
 @pytest.fixture
 def fake_heads(monkeypatch):
-    """train_medusa and train_eagle that only record where they read and write (training takes minutes)."""
+    """A train_method that only records where it reads and writes (training takes minutes)."""
     calls = []
 
-    def medusa(out_dir, zoo_dir=train_zoo.ZOO_DIR, steps=None):
-        calls.append(("medusa", Path(out_dir), Path(zoo_dir)))
-        (Path(out_dir) / "medusa").mkdir(parents=True, exist_ok=True)
-        (Path(out_dir) / "medusa" / "heads.safetensors").write_text("new")
-
-    def eagle(out_dir, version=1, zoo_dir=train_zoo.ZOO_DIR, steps=None):
-        calls.append((f"eagle{version}", Path(out_dir), Path(zoo_dir)))
-    monkeypatch.setattr(train_zoo, "train_medusa", medusa)
-    monkeypatch.setattr(train_zoo, "train_eagle", eagle)
+    def train_method(out_dir, method, zoo_dir=train_zoo.ZOO_DIR, steps=None):
+        calls.append((method, Path(out_dir), Path(zoo_dir)))
+        if method == "medusa":
+            (Path(out_dir) / "medusa").mkdir(parents=True, exist_ok=True)
+            (Path(out_dir) / "medusa" / "heads.safetensors").write_text("new")
+    monkeypatch.setattr(train_zoo, "train_method", train_method)
     return calls
 
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 from helpers import P_MIN, pooled_chi_square
 
-from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, chat, generate, heads,
-                         identity, lm, lookahead_generate, measure, precision, zoo)
+from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, chat, generate,
+                         identity, lm, lookahead_generate, measure, precision, train_heads, zoo)
 from specdec_lab.draft_models import early_exit_model
 from specdec_lab.eagle import EagleNet
 from specdec_lab.medusa import MedusaHeads
@@ -37,7 +37,7 @@ def trained_or_fresh(model):
     """{method: module}: the heads `specdec-lab train-heads` trained for this model where there are some, else fresh
     ones (random weights, the same shapes, a draft vocabulary of 8,192 tokens): exactness does not depend on how well
     a drafter guesses, so either tests it."""
-    found, vocab, modules = heads.find(model), torch.arange(0, 49152, 6), {}  # 8,192 ids
+    found, vocab, modules = train_heads.find(model), torch.arange(0, 49152, 6), {}  # 8,192 ids
     for m in ("medusa", "eagle1", "eagle3"):
         if m in found:
             modules[m] = (MedusaHeads if m == "medusa" else EagleNet).from_pretrained(model, found[m])

@@ -1,5 +1,5 @@
-"""Tests for specdec_lab.training, the one training loop behind Medusa's heads and EAGLE's drafts: the state
-cache, the learning-rate schedule, fit, and the zoo's weight files."""
+"""Tests for specdec_lab.training, the one training loop behind Medusa's heads and EAGLE's drafts (the state
+cache, the learning-rate schedule, fit), and specdec_lab.weights, the files of trained heads and drafts."""
 import math
 
 import pytest
@@ -7,9 +7,10 @@ import torch
 from helpers import tiny_llama
 from torch import nn
 
-from specdec_lab import lm
+from specdec_lab import lm, weights
 from specdec_lab.medusa import MedusaHeads
-from specdec_lab.training import cache_hidden, cache_states, fit, load, lr_at, read_config, save
+from specdec_lab.training import Recipe, cache_hidden, cache_states, fit, lr_at
+from specdec_lab.weights import load, read_config, save
 
 
 @pytest.fixture(scope="module")
@@ -88,15 +89,16 @@ def _toy(seed=0):
 
 def test_fit_lowers_the_loss_logs_and_is_reproducible():
     model, loss_fn = _toy()
-    log = fit(model, loss_fn, 64, steps=200, batch=16, lr=0.1, log_every=50, progress=False, precision="fp32")
+    recipe = Recipe(steps=200, batch=16, lr=0.1, log_every=50)
+    log = fit(model, loss_fn, 64, recipe, progress=False, precision="fp32")
     assert [row[0] for row in log] == [1, 50, 100, 150, 200], "step 1, then every 50th"
     assert log[-1][1] < 0.01 * log[0][1], f"fit should drive the loss down: {log}"
     assert not model.training, "fit leaves the module in eval mode"
     again, loss_fn = _toy()
-    fit(again, loss_fn, 64, steps=200, batch=16, lr=0.1, log_every=50, progress=False, precision="fp32")
+    fit(again, loss_fn, 64, recipe, progress=False, precision="fp32")
     assert again.weight.equal(model.weight), "same seed, same batches, same weights"
     clipped, loss_fn = _toy()
-    fit(clipped, loss_fn, 64, steps=200, batch=16, lr=0.1, clip=1e-3, log_every=50, progress=False, precision="fp32")
+    fit(clipped, loss_fn, 64, Recipe(steps=200, batch=16, lr=0.1, clip=1e-3), progress=False, precision="fp32")
     assert not clipped.weight.equal(model.weight), "clip bounds every step's gradient norm"
 
 
@@ -105,11 +107,11 @@ def test_fit_trains_only_what_requires_grad():
     frozen = nn.Linear(1, 1)
     model.frozen = frozen.requires_grad_(False)
     before = frozen.weight.clone()
-    fit(model, loss_fn, 64, steps=5, batch=8, lr=0.1, progress=False, precision="fp32")
+    fit(model, loss_fn, 64, Recipe(steps=5, lr=0.1), progress=False, precision="fp32")
     assert frozen.weight.equal(before)
 
 
-# ---- the zoo's files ---------------------------------------------------------------------------------------
+# ---- the weights' files ---------------------------------------------------------------------------------------
 
 
 def test_save_load_round_trip(target, tmp_path):
@@ -118,10 +120,10 @@ def test_save_load_round_trip(target, tmp_path):
         for p in heads.parameters():
             p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     file = tmp_path / "medusa" / "heads.safetensors"
-    save(heads, file, {"num_heads": 2, "hidden": 64, "vocab": 300, "note": "kept"})
-    meta = read_config(file, target, "Medusa heads", "medusa")
+    save(heads, tmp_path / "medusa", "medusa", {"num_heads": 2, "hidden": 64, "vocab": 300, "note": "kept"})
+    meta = read_config(tmp_path / "medusa", target, "medusa")
     assert meta["num_heads"] == 2 and meta["note"] == "kept"
-    loaded = load(MedusaHeads.for_target(target, 2), file, target)
+    loaded = load(MedusaHeads.for_target(target, 2), tmp_path / "medusa", "medusa", target)
     assert not loaded.training
     for (name, want), got in zip(heads.state_dict().items(), loaded.state_dict().values()):
         assert got.dtype == torch.float32 and got.equal(want.to(torch.bfloat16).float()), f"{name}: stored in bf16"
@@ -132,10 +134,10 @@ def test_save_load_round_trip(target, tmp_path):
 
 def test_missing_or_mismatched_weights_say_what_to_do(target, tmp_path):
     with pytest.raises(FileNotFoundError, match="no Medusa heads in .*train-zoo --stage medusa"):
-        read_config(tmp_path / "heads.safetensors", target, "Medusa heads", "medusa")
-    save(nn.Linear(2, 2), tmp_path / "heads.safetensors", {"hidden": 32, "vocab": 300})
+        read_config(tmp_path, target, "medusa")
+    save(nn.Linear(2, 2), tmp_path, "medusa", {"hidden": 32, "vocab": 300})
     with pytest.raises(ValueError, match="trained for hidden 32 / vocab 300, not this target's 64 / 300"):
-        read_config(tmp_path / "heads.safetensors", target, "Medusa heads", "medusa")
+        read_config(tmp_path, target, "medusa")
 
 
 def test_the_architecture_reads_alike_under_transformers_4_and_5(monkeypatch):
@@ -147,13 +149,11 @@ def test_the_architecture_reads_alike_under_transformers_4_and_5(monkeypatch):
     import transformers
     from transformers import LlamaConfig
 
-    from specdec_lab import training
-
     config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                          num_attention_heads=4, num_key_value_heads=2, rope_theta=100000.0)
-    here = training.architecture(config)
+    here = weights.architecture(config)
     assert here["rope"] == {"rope_type": "default", "rope_theta": 100000.0} and here["num_hidden_layers"] == 3
-    fields = {k: getattr(config, k) for k in training.ARCHITECTURE if getattr(config, k, None) is not None}
+    fields = {k: getattr(config, k) for k in weights.ARCHITECTURE if getattr(config, k, None) is not None}
     if int(transformers.__version__.split(".")[0]) >= 5:  # the same model as the other major version holds it
         other, version = SimpleNamespace(**fields, rope_theta=100000.0, rope_scaling=None), "4.53.3"
         rebased = SimpleNamespace(**fields, rope_theta=10000.0, rope_scaling=None)
@@ -161,10 +161,10 @@ def test_the_architecture_reads_alike_under_transformers_4_and_5(monkeypatch):
         other, version = SimpleNamespace(**fields, rope_parameters={"rope_type": "default", "rope_theta": 1e5}), "5.24.0"
         rebased = SimpleNamespace(**fields, rope_parameters={"rope_type": "default", "rope_theta": 1e4})
     monkeypatch.setattr(lm.transformers, "__version__", version)  # the module lm reads
-    assert training.architecture(other) == here
-    assert training.architecture(rebased)["rope"]["rope_theta"] == 10000.0
+    assert weights.architecture(other) == here
+    assert weights.architecture(rebased)["rope"]["rope_theta"] == 10000.0
     deeper = SimpleNamespace(**{**vars(other), "num_hidden_layers": 4})
-    assert training.architecture(deeper) != here
+    assert weights.architecture(deeper) != here
 
 
 def test_the_shipped_cards_record_the_architecture_this_transformers_reads():
@@ -173,10 +173,10 @@ def test_the_shipped_cards_record_the_architecture_this_transformers_reads():
     model's are loaded by tests/test_real_model.py)."""
     import json
 
-    from specdec_lab import training, zoo
+    from specdec_lab import zoo
 
     target, _ = zoo._load_one(str(zoo.EMBEDDED["tiny"] / "target"), "cpu", torch.float32)
-    here = training.architecture(target.config)
+    here = weights.architecture(target.config)
     cards = sorted(zoo.EMBEDDED["tiny"].glob("*/config.json"))
     heads = [c for c in cards if c.parent.name in ("medusa", "eagle1", "eagle3")]
     assert len(heads) == 3, cards

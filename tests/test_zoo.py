@@ -35,9 +35,9 @@ def test_weights_ship_inside_the_package_under_40_mb():
 def test_heads_for_the_real_model_ship_under_30_mb():
     """EAGLE-1, EAGLE-3 and Medusa trained for SmolLM2-135M-Instruct (chapter 11), in the package: the budget is
     30 MB, beside the zoo's 40."""
-    from specdec_lab import heads
+    from specdec_lab import train_heads
 
-    folder = heads.SHIPPED / "smollm2-135m-instruct"
+    folder = train_heads.SHIPPED / "smollm2-135m-instruct"
     files = sorted(folder.rglob("*.safetensors"))
     assert {f.parent.name for f in files} == {"eagle1", "eagle3", "medusa"}
     assert all((f.parent / "config.json").exists() for f in files) and not list(folder.rglob("checkpoint.pt"))

@@ -8,7 +8,7 @@ with the zoo's tokenizer: a pair that is not the zoo, of another architecture, w
 Running a notebook executes a copy of it (the committed one is never touched) with PAIR set to the folder, in
 DIR (default: a new temporary folder), then prints the notes the chapter wrote where your pair differs from the
 text (`zoo.claim`) and the time it took. Exit status 1 when a cell fails. Heads that chapters 05 and 06 train go
-to the user cache (`specdec_lab.heads.default_folder`; set XDG_CACHE_HOME to put them elsewhere).
+to the user cache (`specdec_lab.train_heads.default_folder`; set XDG_CACHE_HOME to put them elsewhere).
 """
 
 from __future__ import annotations

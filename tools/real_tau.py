@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from specdec_lab import (EagleDrafter, MedusaDrafter, PromptLookupDrafter, chat, generate, heads, identity, measure,
-                         precision, zoo)
+from specdec_lab import (EagleDrafter, MedusaDrafter, PromptLookupDrafter, chat, generate, identity, measure,
+                         precision, train_heads, zoo)
 
 ABLATION = ("EAGLE-2, ablation: trained in the template", "EAGLE-2, ablation: trained without it")
 
@@ -58,7 +58,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dtype = torch.float32 if args.dtype == "float32" else precision.decoding_dtype("cpu")
     model, tok = zoo.load_model("smollm2-135m-instruct", device="cpu", dtype=dtype)
-    found, eos = heads.find(model), tok.convert_tokens_to_ids("<|im_end|>")
+    found, eos = train_heads.find(model), tok.convert_tokens_to_ids("<|im_end|>")
     make, table, t0, ties = methods(model, found, args.ablation), {}, time.monotonic(), []
     if args.only_ablation:
         make = {name: m for name, m in make.items() if name in ABLATION}

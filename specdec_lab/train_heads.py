@@ -1,6 +1,7 @@
 """`specdec-lab train-heads`: Medusa heads, an EAGLE-1 or an EAGLE-3 draft for ANY causal LM.
 
-The zoo ships heads and drafts for its own target only. This trains them for yours, on this machine:
+The zoo ships heads and drafts for its own target only. This trains them for yours, on this machine, with the
+recipe of each method in RECIPES (the same table trains the zoo's own: `specdec-lab train-zoo --stage medusa`):
 
     specdec-lab train-heads --target HuggingFaceTB/SmolLM2-1.7B --method eagle1 --minutes 5
     drafter = EagleDrafter.from_pretrained(target, folder, dynamic=True)      # folder: printed at the end
@@ -14,8 +15,8 @@ The zoo ships heads and drafts for its own target only. This trains them for you
    so that they fit in about 2 GB) with its own greedy choices: the labels of self-distillation (`training`).
 3. Only the new module trains (`training.fit`: a progress bar with ETA, a checkpoint every minute that a rerun
    resumes from, and a step count sized to --minutes from a timed step).
-4. The weights (safetensors) and a config.json that records the target's name, architecture hash, sizes and an
-   LM-head probe (`training.fingerprint`) go to the output folder, by default under the user's cache, never
+4. The weights (safetensors) and a config.json that records the recipe, the target's name, architecture, sizes and
+   an LM-head probe (`weights.fingerprint`) go to the output folder, by default under the user's cache, never
    inside the installed package. `from_pretrained` refuses them for any other target, saying what to do.
 
 Medusa is trained as published (Cai et al. 2024, Medusa-1): every head has its own residual block and its own
@@ -28,29 +29,31 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sysconfig
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
-from specdec_lab import eagle, medusa, training, tune, vocab
+from specdec_lab import eagle, medusa, training, tune, vocab, weights
 from specdec_lab.precision import autocast
+from specdec_lab.training import Recipe
 
-__all__ = ["METHODS", "SETTINGS", "default_folder", "find", "missing", "trained_for", "text_windows", "train"]
+__all__ = ["METHODS", "RECIPES", "default_folder", "find", "missing", "trained_for", "text_windows", "train"]
 
-METHODS = ("medusa", "eagle1", "eagle3")
-
-# The zoo's recipes (train_zoo.MEDUSA, train_zoo.EAGLE); `windows` and `steps` are upper bounds that the memory
-# cap and --minutes may lower.
-SETTINGS = {
-    "medusa": dict(windows=1200, seq_len=256, steps=1200, batch=8, lr=1e-3, heads=4, draft_vocab=8192),
-    "eagle1": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.1, ttt_steps=1, draft_vocab=8192),
-    "eagle3": dict(windows=800, seq_len=256, steps=1200, batch=8, lr=3e-3, noise=0.0, ttt_steps=3,
-                   draft_vocab=8192),
+# One recipe per method, for train-heads and for the zoo (`train_zoo.train_method`, which draws its own windows and
+# gives its drafts a narrower MLP). `windows` and `steps` are upper bounds that the memory cap and --minutes may lower.
+RECIPES = {
+    "medusa": Recipe(steps=1200, lr=1e-3, heads=4, windows=1200, draft_vocab=8192),
+    "eagle1": Recipe(steps=1200, lr=3e-3, clip=1.0, version=1, noise=0.1, draft_vocab=8192),
+    "eagle3": Recipe(steps=1200, lr=3e-3, clip=1.0, version=3, ttt_steps=3, draft_vocab=8192),
 }
+METHODS = tuple(RECIPES)
 CHAT_DATA = ("chat", "chat-untemplated")  # --data values that build chat data from the target's own answers
 CACHE_BYTES = 2e9  # the most host memory the cached target states may take
 STATES_BYTES = 4e9  # the most disk the kept states may take (`stored_states` drops the least recently used)
+SHIPPED = Path(__file__).parent / "data" / "heads"  # <model name>/<method>: heads shipped for zoo.MODELS
 
 
 def default_folder(target_name: str, method: str) -> Path:
@@ -63,10 +66,6 @@ def default_folder(target_name: str, method: str) -> Path:
     return user_cache() / "heads" / name.strip("/").replace("/", "--") / method
 
 
-WEIGHTS = {"medusa": "heads.safetensors", "eagle1": "eagle.safetensors", "eagle3": "eagle.safetensors"}
-SHIPPED = Path(__file__).parent / "data" / "heads"  # <model name>/<method>: heads shipped for zoo.MODELS
-
-
 def missing(target, method: str) -> str:
     """Why a showdown leaves `method` out for `target`, and the command that would put it in."""
     return (f"no {method} heads for this target: `specdec-lab train-heads --target {target.config.name_or_path} "
@@ -76,19 +75,47 @@ def missing(target, method: str) -> str:
 def find(target) -> dict[str, Path]:
     """{method: folder} of the heads and drafts there are for `target`: the zoo's, shipped in the package (for
     the zoo target), or those `specdec-lab train-heads` wrote to its default folder. Each is checked against
-    the target (`training.read_config`); a method with none is left out."""
-    shipped = {"medusa": medusa.MEDUSA_DIR, "eagle1": eagle.EAGLE_DIR / "eagle1", "eagle3": eagle.EAGLE_DIR / "eagle3"}
+    the target (`weights.read_config`); a method with none is left out."""
+    from specdec_lab.zoo import EMBEDDED
+
     found = {}
     for method in METHODS:
         mine = default_folder(target.config.name_or_path, method)
-        for folder in (shipped[method], SHIPPED / mine.parent.name / method, mine):
+        for folder in (EMBEDDED["tiny"] / method, SHIPPED / mine.parent.name / method, mine):
             try:
-                training.read_config(folder / WEIGHTS[method], target, method, method)
+                weights.read_config(folder, target, method)
             except (FileNotFoundError, ValueError):
                 continue
             found[method] = folder
             break
     return found
+
+
+def corpus_files() -> tuple[list[Path], list[Path]]:
+    """The course corpus: the standard library's .py files (no tests), split by a hash of the path, ~5% validation."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+    train, val = [], []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root)
+        if skip & set(rel.parts) or rel.name.startswith("test_"):
+            continue
+        bucket = int(hashlib.sha1(str(rel).encode()).hexdigest(), 16) % 20
+        (val if bucket == 0 else train).append(p)
+    return train, val
+
+
+def read_texts(files: list[Path]) -> list[str]:
+    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+
+
+def token_stream(texts: list[str], tokenizer) -> torch.Tensor:
+    """All texts concatenated, each followed by EOS (when the tokenizer has one): [N] int64."""
+    eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]  # a tokenizer may have no EOS
+    ids: list[int] = []
+    for enc in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]:
+        ids.extend(enc + eos)
+    return torch.tensor(ids, dtype=torch.long)
 
 
 def _split(files: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -120,8 +147,6 @@ def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int,
     The training windows tile the text without overlap, in random order, so n of them read n * T different
     tokens; past the text's own count, the rest start anywhere.
     """
-    from specdec_lab.train_zoo import corpus_files, read_texts, token_stream
-
     if isinstance(data, list):
         texts = [data[i::20] for i in range(20)]
         train_texts, val_texts = [t for part in texts[:7] + texts[8:] for t in part], texts[7]
@@ -193,7 +218,7 @@ def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = Tru
     from specdec_lab.zoo import user_cache
 
     folder = user_cache() / "states"
-    who = json.dumps(training.fingerprint(target), sort_keys=True).encode()  # other weights at the same path differ
+    who = json.dumps(weights.fingerprint(target), sort_keys=True).encode()  # other weights at the same path differ
     key = hashlib.sha1(who + windows.numpy().tobytes()).hexdigest()[:16]
     for file in sorted(folder.glob(f"{key}-*.pt")):
         saved = torch.load(file)
@@ -217,54 +242,47 @@ def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = Tru
     return states, best
 
 
-def _module(target, method: str, lm_head: str):
+def _module(target, recipe: Recipe, lm_head: str):
     """A fresh Medusa head set or EAGLE net for `target`, in fp32 on its device (trained in fp32 weights)."""
     config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-    if method == "medusa":
-        module = medusa.MedusaHeads.for_target(target, SETTINGS["medusa"]["heads"], shared_lm_head=lm_head == "shared")
-    else:
-        mlp = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # GPT-2: n_inner None = 4H
-        module = eagle.EagleNet(target, int(method[-1]), config.num_attention_heads, mlp)
+    if recipe.version is None:
+        module = medusa.MedusaHeads.for_target(target, recipe.heads, shared_lm_head=lm_head == "shared")
+    else:  # one decoder layer shaped like the target's (GPT-2: n_inner None = 4H), unless the recipe says
+        mlp = recipe.mlp or getattr(config, "intermediate_size", None) or 4 * config.hidden_size
+        module = eagle.EagleNet(target, recipe.version, recipe.heads or config.num_attention_heads, mlp)
     return module.to(device=target.device, dtype=torch.float32)
 
 
-def _loss_and_accuracy(module, method: str, states, x, best):
-    """(loss_fn(idx, generator) for training.fit, accuracy(states, x, best) -> list by offset)."""
-    device = next(module.parameters()).device
-    if method == "medusa":
-        hidden, labels = states[:, :, -1], training.self_labels(x, best)  # [N, T, H], [N, T]
-        if module.d2t is not None:  # draft indices; -100 (not scored) outside the draft vocabulary
-            labels = vocab.to_draft(labels, module.d2t.cpu(), module.vocab)
-
-        def loss(idx, _):
-            return training.head_loss(module(hidden[idx].to(device).float(), draft=True), labels[idx].to(device))
-
-        def accuracy(v_states, v_x, v_best):
-            return training.head_accuracy(module, v_states[:, :, -1], training.self_labels(v_x, v_best),
-                                       ks=medusa.TOPK)
-        return loss, accuracy
-    s = SETTINGS[method]
-
-    def loss(idx, g):
-        total, parts = training.eagle_loss(module, states[idx].to(device), x[idx].to(device), best[idx].to(device),
-                                        s["ttt_steps"], s["noise"], g)
-        return total, [total.item(), *parts]
-
-    def accuracy(v_states, v_x, v_best):
-        return {1: training.eagle_accuracy(module, v_states, v_x, v_best)}
-    return loss, accuracy
+def _cached(target, tok, data, recipe: Recipe, layers, progress: bool) -> tuple[tuple, tuple]:
+    """((x, states, labels), (val, v_states, v_labels)) for training and validation: the windows of `data` [N, T],
+    the target's states over them [N, T, S, H] (`stored_states`) and its own choices, labels[:, t] for token t + 1
+    [N, T]; with --data chat, -100 (not scored) wherever the next token is not the assistant's."""
+    if isinstance(data, tuple):  # windows already cut
+        (x, val), scored = data, []
+    else:
+        text = chat_texts(target, tok, data, progress) if data in CHAT_DATA else data
+        x, val, *scored = text_windows(tok, text, recipe.windows, recipe.seq_len, recipe.seed, answers=data == "chat")
+    (states, labels), (v_states, v_labels) = (stored_states(target, w, layers, progress) for w in (x, val))
+    if scored:  # in the chat template: score only the positions whose next token is the assistant's
+        labels, v_labels = labels.masked_fill(~scored[0], -100), v_labels.masked_fill(~scored[1], -100)
+        if progress:
+            print(f"scoring the answers only, {scored[0].float().mean():.0%} of the positions")
+    return (x, states, labels), (val, v_states, v_labels)
 
 
-def train(target, tok, method: str, out: Path | str, minutes: float | None = None, data: Path | str | None = None,
-          steps: int | None = None, windows: int | None = None, seq_len: int | None = None, lm_head: str = "own",
-          progress: bool = True, seed: int = 0) -> dict:
-    """Train `method` ("medusa", "eagle1", "eagle3") for the frozen `target`, save it to `out`; its card (dict).
+def train(target, tok, method: str, out: Path | str, minutes: float | None = None, data=None, lm_head: str = "own",
+          progress: bool = True, **changes) -> dict:
+    """Train `method` ("medusa", "eagle1", "eagle3") for the frozen `target` by RECIPES[method], save it to `out`;
+    its card (dict).
 
     minutes: the whole run's budget (caching included): the step count is sized from a timed step, and training
-    stops at the deadline in any case (its checkpoint kept, so a rerun goes on). steps, windows, seq_len:
-    override SETTINGS (tests use a few). lm_head: Medusa's, "own" (published) or "shared" (the target's, frozen).
+    stops at the deadline in any case (its checkpoint kept, so a rerun goes on). data: None (the course corpus),
+    a folder of text files, "chat" or "chat-untemplated" (`text_windows`, `chat_texts`), or windows already cut,
+    (training [N, T], validation [M, T]) token ids (the zoo's). changes: `Recipe` fields to replace (None: kept),
+    such as steps, windows, seq_len (tests use a few) or mlp. lm_head: Medusa's, "own" (published) or "shared"
+    (the target's, frozen).
     """
-    if method not in METHODS:
+    if method not in RECIPES:
         raise ValueError(f"method {method!r}: use one of {', '.join(METHODS)}")
     if lm_head not in ("own", "shared"):
         raise ValueError(f"lm_head {lm_head!r}: use 'own' (each head its own copy, as published) or 'shared'")
@@ -272,59 +290,61 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     deadline = None if minutes is None else t0 + 60 * minutes
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = dict(SETTINGS[method])
-    cfg.update({k: v for k, v in dict(steps=steps, windows=windows, seq_len=seq_len).items() if v is not None})
-    torch.manual_seed(seed)  # the new module's initial weights: the same run gives the same heads
-    module = _module(target, method, lm_head)
+    recipe = replace(RECIPES[method], **{k: v for k, v in changes.items() if v is not None})
+    torch.manual_seed(recipe.seed)  # the new module's initial weights: the same run gives the same heads
+    module = _module(target, recipe, lm_head)
     layers = getattr(module, "layers", ())  # EAGLE-3's fused layers; () for the last state only
     H = target.config.get_text_config().hidden_size
-    cap = int(CACHE_BYTES // (cfg["seq_len"] * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
-    cfg["windows"] = max(1, min(cfg["windows"], cap))
-    text = chat_texts(target, tok, data, progress) if data in CHAT_DATA else data
-    x, val, *scored = text_windows(tok, text, cfg["windows"], cfg["seq_len"], seed, answers=data == "chat")
-    states, best = stored_states(target, x, layers, progress)  # [N, T, S, H] bf16, [N, T]
-    v_states, v_best = stored_states(target, val, layers, progress)
-    labels, v_labels = best, v_best  # best[:, t]: the target's choice for token t + 1
-    if scored:  # in the chat template: score only the positions whose next token is the assistant's
-        labels, v_labels = best.masked_fill(~scored[0], -100), v_best.masked_fill(~scored[1], -100)
-        if progress:
-            print(f"{method}: scoring the answers only, {scored[0].float().mean():.0%} of the positions")
-    cached = time.monotonic() - t0
+    cap = int(CACHE_BYTES // (recipe.seq_len * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
+    recipe = replace(recipe, windows=max(1, min(recipe.windows, cap)))
+    (x, states, labels), (val, v_states, v_labels) = _cached(target, tok, data, recipe, layers, progress)
     if progress:
-        print(f"{method}: cached the target's states over {x.numel():,} tokens in {cached:.0f} s")
-    V, Vd = target.config.get_text_config().vocab_size, cfg.pop("draft_vocab", None)
-    if Vd and V > 2 * Vd and (method != "medusa" or lm_head == "shared"):  # a large vocabulary: score Vd of it
-        module.use_vocab(vocab.frequent_tokens(labels[labels >= 0], Vd, always=[tok.eos_token_id] if tok.eos_token_id else []))
-        cfg["draft_vocab"] = Vd
+        print(f"{method}: cached the target's states over {x.numel():,} tokens in {time.monotonic() - t0:.0f} s")
+    V, Vd = target.config.get_text_config().vocab_size, recipe.draft_vocab
+    if Vd and V > 2 * Vd and (recipe.version or lm_head == "shared"):  # a large vocabulary: score Vd of it
+        always = [tok.eos_token_id] if tok.eos_token_id else []  # EOS in the draft vocabulary, however rare
+        module.use_vocab(vocab.frequent_tokens(labels[labels >= 0], Vd, always=always))
         covered = torch.isin(v_labels[v_labels >= 0], module.d2t.cpu()).float().mean().item()
         if progress:
             print(f"{method}: draft vocabulary of {Vd:,} of {V:,} tokens; it holds {covered:.1%} of the target's "
                   "choices on the validation text")
-    loss, accuracy = _loss_and_accuracy(module, method, states, x, labels)
+    else:
+        recipe = replace(recipe, draft_vocab=None)
+    if recipe.version is None:  # Medusa: head k at t scored against the target's choice for token t + k + 2
+        loss = training.medusa_objective(module, states[:, :, -1], training.self_labels(x, labels))  # [N, T, H]
+
+        def accuracy():  # {k: [top-k agreement with the target, by head]}, the tuned tree's input
+            return training.head_accuracy(module, v_states[:, :, -1], training.self_labels(val, v_labels),
+                                          ks=medusa.TOPK)
+    else:
+        loss = training.eagle_objective(module, states, x, labels, recipe)
+
+        def accuracy():  # {1: [top-1 agreement with the target, 1, 2, 3 tokens deep]}
+            return {1: training.eagle_accuracy(module, v_states, val, v_labels)}
     checkpoint = out / "checkpoint.pt"
     if deadline is not None and not checkpoint.exists():  # size the run to the budget from a timed step
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator().manual_seed(recipe.seed)
         for _ in range(2):  # the second: the first pays for warming up (EAGLE-1 on SmolLM2-135M: 2.4 s against 0.75)
             t1 = time.monotonic()
             with autocast(target.device):
-                loss(torch.randint(0, len(x), (cfg["batch"],), generator=g), g)[0].backward()
+                loss(torch.randint(0, len(x), (recipe.batch,), generator=g), g)[0].backward()
             module.zero_grad(set_to_none=True)
             per_step = time.monotonic() - t1
-        cfg["steps"] = max(1, min(cfg["steps"], int(0.9 * (deadline - time.monotonic()) / per_step)))
+        recipe = replace(recipe, steps=max(1, min(recipe.steps, int(0.9 * (deadline - time.monotonic()) / per_step))))
         if progress:
-            print(f"{method}: {per_step:.2f} s per step, {cfg['steps']} steps fit in the budget of {minutes:g} min")
-    log = training.fit(module, loss, len(x), cfg["steps"], cfg["batch"], cfg["lr"], clip=None if method == "medusa"
-                       else 1.0, seed=seed, progress=progress, desc=method, checkpoint=checkpoint, deadline=deadline)
+            print(f"{method}: {per_step:.2f} s per step, {recipe.steps} steps fit in the budget of {minutes:g} min")
+    log = training.fit(module, loss, len(x), recipe, progress, checkpoint=checkpoint, deadline=deadline)
     finished = not checkpoint.exists()
-    acc = accuracy(v_states, val, v_labels)  # {k: [top-k agreement with the target, by offset]}
-    card = {**training.fingerprint(target), "method": method, "config": cfg, "labels": "self-distilled",
+    acc = accuracy()
+    card = {**weights.fingerprint(target), "method": method, "config": asdict(recipe), "labels": "self-distilled",
             "log": log, "finished": finished, "seconds": round(time.monotonic() - t0, 1),
-            "threads": torch.get_num_threads(),
-            "val_accuracy_vs_target": [round(a, 4) for a in acc[1]], "scored": "the answers" if scored else "all",
-            "data": "the course corpus (Python standard library)" if data is None else str(data)}
-    if cfg.get("draft_vocab"):
+            "threads": torch.get_num_threads(), "val_accuracy_vs_target": [round(a, 4) for a in acc[1]],
+            "scored": "the answers" if data == "chat" else "all",
+            "data": "the course corpus (Python standard library)" if data is None or isinstance(data, tuple) else
+            str(data)}
+    if recipe.draft_vocab:
         card["draft_vocab_coverage"] = round(covered, 4)
-    if method == "medusa":
+    if recipe.version is None:
         card["lm_head"] = "each head its own, initialised from the target's" if lm_head == "own" else \
             "the target's, shared and frozen"
         card.update(tune.medusa_card(acc))  # the tree MedusaDrafter.from_pretrained uses

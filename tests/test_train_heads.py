@@ -1,4 +1,5 @@
-"""`specdec-lab train-heads` (issue 19): Medusa heads, EAGLE-1 and EAGLE-3 drafts for a target that is not the zoo's.
+"""`specdec-lab train-heads` (issue 19, specdec_lab/train_heads.py): Medusa heads, EAGLE-1 and EAGLE-3 drafts for a
+target that is not the zoo's.
 
 A randomly initialised small Qwen2, saved to a folder as a learner's own model would be, stands for "any target".
 Each method is trained for a few steps through the command line, saved, loaded back with `from_pretrained` and
@@ -18,7 +19,7 @@ import torch
 from helpers import tiny_llama
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from specdec_lab import EagleDrafter, MedusaDrafter, eagle, generate, heads, training, zoo
+from specdec_lab import EagleDrafter, MedusaDrafter, eagle, generate, train_heads, training, weights, zoo
 from specdec_lab.__main__ import main
 
 VOCAB = 4096  # the zoo's tokenizer: a byte-level BPE, which AutoTokenizer loads back from the target's folder
@@ -53,7 +54,7 @@ def trained(setup, tmp_path_factory):
     """{method: output folder} after `specdec-lab train-heads` with each method on the random Qwen2."""
     target, text = setup
     out = {}
-    for method in heads.METHODS:
+    for method in train_heads.METHODS:
         out[method] = tmp_path_factory.mktemp(method)
         argv = ["train-heads", "--target", str(target), "--method", method, "--steps", "4", "--windows", "8",
                 "--data", str(text), "--out", str(out[method]), "--threads", "1"]
@@ -66,15 +67,14 @@ def _load(folder):
     return target
 
 
-@pytest.mark.parametrize("method", heads.METHODS)
+@pytest.mark.parametrize("method", train_heads.METHODS)
 def test_trained_heads_are_saved_with_what_identifies_their_target(setup, trained, method):
     target = _load(setup[0])
     files = sorted(p.name for p in trained[method].iterdir())
-    weights = "heads.safetensors" if method == "medusa" else "eagle.safetensors"
-    assert files == ["config.json", weights], f"{method}: {files} (a finished run leaves no checkpoint)"
+    assert files == ["config.json", weights.FILES[method]], f"{method}: {files} (a finished run leaves no checkpoint)"
     card = json.loads((trained[method] / "config.json").read_text())
     assert card["finished"] and card["method"] == method and card["config"]["steps"] == 4
-    mine = training.fingerprint(target)
+    mine = weights.fingerprint(target)
     assert {k: card[k] for k in mine} == mine, "the card must record the target's name, hash, sizes and probe"
     assert card["target"].endswith("qwen2")
     assert len(card["val_accuracy_vs_target"]) == (4 if method == "medusa" else 3)
@@ -97,7 +97,7 @@ def test_loaded_back_they_keep_greedy_identity(setup, trained, drafter):
         assert generate(target, ids, make(), max_new_tokens=30).tokens == want, f"{drafter}, prompt {i}"
 
 
-@pytest.mark.parametrize("method", heads.METHODS)
+@pytest.mark.parametrize("method", train_heads.METHODS)
 def test_refused_for_another_target(setup, trained, tmp_path, method):
     load = (lambda t: MedusaDrafter.from_pretrained(t, trained[method])) if method == "medusa" else \
         (lambda t: EagleDrafter.from_pretrained(t, trained[method]))
@@ -126,13 +126,13 @@ def test_the_budget_stops_a_run_and_a_rerun_resumes_it(setup, tmp_path):
     target, text = _load(setup[0]), setup[1]
     tok = zoo._load_one(str(setup[0]), "cpu", torch.float32)[1]
     kw = dict(data=text, steps=6, windows=8, seq_len=64, progress=False)
-    card = heads.train(target, tok, "eagle1", tmp_path / "cut", minutes=1e-6, **kw)  # the deadline: already passed
+    card = train_heads.train(target, tok, "eagle1", tmp_path / "cut", minutes=1e-6, **kw)  # the deadline has passed
     assert not card["finished"] and (tmp_path / "cut" / "checkpoint.pt").exists()
     planned = card["config"]["steps"]  # sized to the budget from a timed step: here the least, 1
     assert torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)["step"] < planned
-    card = heads.train(target, tok, "eagle1", tmp_path / "cut", **kw)
+    card = train_heads.train(target, tok, "eagle1", tmp_path / "cut", **kw)
     assert card["finished"] and not (tmp_path / "cut" / "checkpoint.pt").exists()
-    heads.train(target, tok, "eagle1", tmp_path / "whole", **{**kw, "steps": planned})
+    train_heads.train(target, tok, "eagle1", tmp_path / "whole", **{**kw, "steps": planned})
     from safetensors.torch import load_file
 
     cut, whole = (load_file(tmp_path / f / "eagle.safetensors") for f in ("cut", "whole"))
@@ -153,8 +153,8 @@ def test_ctrl_c_keeps_the_run_and_a_rerun_redoes_the_step_it_cut(tmp_path):
                 raise KeyboardInterrupt
             loss = (module(x[idx]) + 0.01 * torch.randn(2, generator=g)).pow(2).mean()
             return loss, [loss.item()]
-        training.fit(module, loss_fn, 32, steps=6, batch=4, lr=1e-2, progress=False, precision="fp32",
-                     checkpoint=checkpoint)
+        training.fit(module, loss_fn, 32, training.Recipe(steps=6, batch=4, lr=1e-2), progress=False,
+                     precision="fp32", checkpoint=checkpoint)
         return module
 
     whole = run(None)
@@ -166,9 +166,40 @@ def test_ctrl_c_keeps_the_run_and_a_rerun_redoes_the_step_it_cut(tmp_path):
     assert torch.equal(resumed.weight, whole.weight) and torch.equal(resumed.bias, whole.bias)
 
 
+@pytest.mark.parametrize("method", ["medusa", "eagle3"])
+def test_the_zoo_trains_by_the_same_recipe_table(method, monkeypatch, tmp_path):
+    """train-zoo's heads and drafts (train_zoo.train_method) run this front-end by RECIPES: a change to the table
+    reaches the zoo's run, which differs from it only in its drafts' MLP width (and, on a small vocabulary, in
+    having no draft vocabulary)."""
+    from dataclasses import replace
+
+    from specdec_lab import train_zoo
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    changed = replace(train_heads.RECIPES[method], lr=0.0123, batch=3, windows=4, seq_len=16)
+    monkeypatch.setitem(train_heads.RECIPES, method, changed)
+    drawn = {}
+
+    def windows(tok, n, seq_len, n_val, seed):  # the zoo's windows, tiny: [n, T] training, [2, T] validation
+        drawn.update(n=n, seq_len=seq_len)
+        return torch.randint(0, VOCAB, (n, seq_len)), torch.randint(0, VOCAB, (2, seq_len))
+
+    class Fitted(Exception):
+        pass
+
+    def fit(module, loss_fn, n_examples, recipe, *args, **kwargs):
+        raise Fitted(recipe)
+    monkeypatch.setattr(train_zoo, "zoo_windows", windows)
+    monkeypatch.setattr(training, "fit", fit)
+    with pytest.raises(Fitted) as fitted:
+        train_zoo.train_method(tmp_path, method)
+    assert drawn == {"n": 4, "seq_len": 16}, "the zoo draws the recipe's windows"
+    assert fitted.value.args[0] == replace(changed, draft_vocab=None, mlp=None if method == "medusa" else 512)
+
+
 def test_default_output_is_the_users_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    folder = heads.default_folder("HuggingFaceTB/SmolLM2-1.7B", "eagle1")
+    folder = train_heads.default_folder("HuggingFaceTB/SmolLM2-1.7B", "eagle1")
     assert folder == tmp_path / "specdec-lab" / "heads" / "HuggingFaceTB--SmolLM2-1.7B" / "eagle1"
 
 
@@ -241,25 +272,25 @@ def test_kept_states_are_reused_and_capped(setup, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     target = AutoModelForCausalLM.from_pretrained(setup[0]).eval()
     windows = [torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
-    first, best = heads.stored_states(target, windows[0], progress=False)
+    first, best = train_heads.stored_states(target, windows[0], progress=False)
     folder = tmp_path / "specdec-lab" / "states"
     (size,) = {f.stat().st_size for f in folder.glob("*.pt")}
     monkeypatch.setattr(training, "cache_states", lambda *a: pytest.fail("kept states were computed again"))
-    again, best_again = heads.stored_states(target, windows[0], progress=False)
+    again, best_again = train_heads.stored_states(target, windows[0], progress=False)
     assert torch.equal(again, first) and torch.equal(best_again, best)
     monkeypatch.undo()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(heads, "STATES_BYTES", 2.5 * size)  # room for two files of this size
+    monkeypatch.setattr(train_heads, "STATES_BYTES", 2.5 * size)  # room for two files of this size
     for w in windows[1:]:
-        heads.stored_states(target, w, progress=False)
+        train_heads.stored_states(target, w, progress=False)
     assert len(list(folder.glob("*.pt"))) == 2
     def computed(*args):
         raise LookupError("not kept")
 
     monkeypatch.setattr(training, "cache_states", computed)
-    heads.stored_states(target, windows[2], progress=False)  # the newest is kept
+    train_heads.stored_states(target, windows[2], progress=False)  # the newest is kept
     with pytest.raises(LookupError):  # the least recently used went first
-        heads.stored_states(target, windows[0], progress=False)
+        train_heads.stored_states(target, windows[0], progress=False)
 
 
 def test_training_windows_tile_the_text_without_overlap():
@@ -276,9 +307,9 @@ def test_training_windows_tile_the_text_without_overlap():
 
     texts = [f"request {i}: " + "x" * (40 + i % 50) for i in range(600)]  # 19 in 20 train: about 38,000 tokens
     tiles = (sum(len(t) for i, t in enumerate(texts) if i % 20 != 7) - 1) // 32  # text_windows keeps texts[7::20]
-    train, _ = heads.text_windows(Numbering(), texts, tiles, 32)
+    train, _ = train_heads.text_windows(Numbering(), texts, tiles, 32)
     assert train.shape == (tiles, 32) and train.unique().numel() == train.numel(), "windows overlap"
-    more, _ = heads.text_windows(Numbering(), texts, tiles + 100, 32)
+    more, _ = train_heads.text_windows(Numbering(), texts, tiles + 100, 32)
     assert more.shape == (tiles + 100, 32) and more.unique().numel() < more.numel(), "past the tiles, text repeats"
 
 
@@ -309,7 +340,7 @@ def test_chat_training_scores_only_the_positions_whose_next_token_is_the_assista
     inside = chat.answer_mask(tok, ids)
     assert "".join(chr(t) for t in ids[inside].tolist() if t > 2) == "answer 0" and ids[inside][-1] == 2, \
         "the answer and its end-of-turn token, nothing of the system, the user or the header"
-    train, val, scored, v_scored = heads.text_windows(tok, texts, 50, 32, answers=True)
+    train, val, scored, v_scored = train_heads.text_windows(tok, texts, 50, 32, answers=True)
     assert scored.shape == train.shape and v_scored.shape == val.shape
     for x, s in ((train, scored), (val, v_scored)):  # scored[t]: token t + 1 is the assistant's
         nxt, rest = x[:, 1:][s[:, :-1]].tolist(), x[:, 1:][~s[:, :-1]].tolist()
