@@ -16,6 +16,12 @@ from __future__ import annotations
 
 import json
 
+from specdec_lab import checks
+from specdec_lab.drafters import DraftModelDrafter
+from specdec_lab.eagle import EagleDrafter
+from specdec_lab.medusa import MedusaDrafter
+from specdec_lab.ngram import PromptLookupDrafter
+
 __all__ = ["engine_settings", "sglang_flags"]
 
 NONE = "no equivalent"
@@ -26,12 +32,12 @@ def sglang_flags(topk: int, depth: int, budget: int) -> dict[str, int]:
     budget)); a chain of γ drafts is topk=1, depth=budget=γ. SGLang counts the root (the pending token the target
     re-reads) among its draft tokens, so --speculative-num-draft-tokens is budget + 1."""
     if min(topk, depth, budget) < 1:
-        raise ValueError(f"topk, depth and budget must all be >= 1, got {topk}, {depth}, {budget}")
+        raise checks.ArgumentError(f"topk, depth and budget must all be >= 1, got {topk}, {depth}, {budget}")
     most = topk + (depth - 1) * topk * topk  # every level keeps topk nodes, each offering topk children
     if budget > most:
-        raise ValueError(f"a top-{topk} tree {depth} levels deep offers at most {most} nodes, not {budget}")
+        raise checks.ArgumentError(f"a top-{topk} tree {depth} levels deep offers at most {most} nodes, not {budget}")
     if topk == 1 and budget != depth:
-        raise ValueError(f"a chain (topk=1) of depth {depth} has exactly {depth} nodes, not {budget}")
+        raise checks.ArgumentError(f"a chain (topk=1) of depth {depth} has exactly {depth} nodes, not {budget}")
     return {"--speculative-num-steps": depth, "--speculative-eagle-topk": topk,
             "--speculative-num-draft-tokens": budget + 1}
 
@@ -54,11 +60,6 @@ def engine_settings(drafter, model: str = "<draft>") -> dict[str, str]:
     EagleDrafter. model: the path or Hub id of the draft model / heads the engine should load.
     Returns {engine: flags or "no equivalent: why"}.
     """
-    from specdec_lab.drafters import DraftModelDrafter
-    from specdec_lab.eagle import EagleDrafter
-    from specdec_lab.medusa import MedusaDrafter
-    from specdec_lab.ngram import PromptLookupDrafter
-
     if drafter is None:
         return dict.fromkeys(["vLLM", "SGLang", "Hugging Face", "llama.cpp"], "leave speculative decoding off")
     if isinstance(drafter, DraftModelDrafter):
@@ -98,5 +99,5 @@ def engine_settings(drafter, model: str = "<draft>") -> dict[str, str]:
                                             if topk > 1 else "")
         return {"vLLM": vllm, "SGLang": _sglang(name.upper(), model, topk, depth, budget),
                 "Hugging Face": f"{NONE}: generate has no EAGLE drafter", "llama.cpp": f"{NONE}: no EAGLE drafter"}
-    raise TypeError(f"no engine mapping for {type(drafter).__name__}: expected None or a DraftModelDrafter, "
-                    "PromptLookupDrafter, MedusaDrafter or EagleDrafter")
+    raise checks.ArgumentError(f"no engine mapping for {type(drafter).__name__}: expected None or a DraftModelDrafter, "
+                               "PromptLookupDrafter, MedusaDrafter or EagleDrafter")

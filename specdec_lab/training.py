@@ -360,7 +360,7 @@ def unroll(net: nn.Module, feature: Tensor, tokens: Tensor, steps: int) -> list[
     """
     T = feature.shape[1]
     positions = torch.arange(T)
-    cache, outs = lm.new_cache(), []  # the draft's one-layer cache (eagle.KVCache)
+    cache, outs = lm.new_cache(), []  # the draft's one-layer cache
     for i in range(steps):
         if i:  # shift right by one: position p reads the output at p - 1 (position 0 gets a zero feature)
             feature = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], 1)  # [B, T, H]

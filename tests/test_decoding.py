@@ -371,11 +371,11 @@ def test_acceptance_view(pair):
     assert 'title="bonus"' in viz.acceptance_html(Tok(), gen, prompt="a")
 
 
-def test_forward_last_matches_forward(pair):
+def test_forward_of_the_last_positions_matches_forward(pair):
     target = pair[0]
     ids = prompt_ids(14, n=12)
     full = lm.forward(target, ids)  # [1, 12, V]
     cache = lm.new_cache(target)
-    torch.testing.assert_close(lm.forward_last(target, ids[:, :9], cache, 2), full[:, 7:9], atol=1e-5, rtol=1e-4)
-    assert lm.cache_len(cache) == 9, "forward_last extends the cache by every fed token"
-    torch.testing.assert_close(lm.forward_last(target, ids[:, 9:], cache, 3), full[:, 9:], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(lm.forward(target, ids[:, :9], cache, last=2), full[:, 7:9], atol=1e-5, rtol=1e-4)
+    assert lm.cache_len(cache) == 9, "forward(..., last=n) extends the cache by every fed token"
+    torch.testing.assert_close(lm.forward(target, ids[:, 9:], cache, last=3), full[:, 9:], atol=1e-5, rtol=1e-4)

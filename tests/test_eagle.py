@@ -8,7 +8,7 @@ from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tin
 
 from specdec_lab import EagleDrafter, generate, lm, measure, zoo
 from specdec_lab.decoding import Warp
-from specdec_lab.eagle import EAGLE_DIR, DraftLayer, EagleNet, KVCache, expand_step, select_nodes
+from specdec_lab.eagle import EAGLE_DIR, DraftLayer, EagleNet, expand_step, select_nodes
 from specdec_lab.training import cache_states, eagle_accuracy, eagle_loss, train_eagle_net, ttt_mask, unroll
 from specdec_lab.tree import tree_depths
 
@@ -38,7 +38,7 @@ def test_layer_with_cache_equals_one_causal_pass():
     layer = DraftLayer(32, 4, 64)
     x = torch.randn(2, 7, 32)
     full = layer(x, torch.arange(7))  # [2, 7, 32] causal
-    cache = KVCache()
+    cache = lm.new_cache()
     first = layer(x[:, :4], torch.arange(4), None, cache)
     rest = layer(x[:, 4:], torch.arange(4, 7), None, cache)
     torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-5, rtol=1e-5)
@@ -76,7 +76,7 @@ def test_unroll_step_equals_drafting_from_own_output(target, version):
     outs = unroll(net, f, tokens, 3)
     for i, p in [(1, 5), (2, 6), (2, 2)]:
         r = p - i  # the last true position
-        cache = KVCache()
+        cache = lm.new_cache()
         o = net(f[:, : r + 1], tokens[:, : r + 1], torch.arange(r + 1), None, cache)[:, -1:]  # [1, 1, H]
         for j in range(1, i + 1):  # drafted pairs: the previous output, the next token
             o = net(o, tokens[:, r + j: r + j + 1], torch.tensor([r + j]), None, cache)
@@ -183,7 +183,7 @@ def test_draft_cache_holds_only_true_pairs(target):
         def commit(self, ids_, accepted, path, hidden):
             super().commit(ids_, accepted, path, hidden)
             _, states = lm.forward(target, ids_[:, :-1], hidden=True)  # the target's states, recomputed
-            fresh = KVCache()
+            fresh = lm.new_cache()
             f = net.true_feature([h[0] for h in states])[None]  # [1, T-1, H]
             net(f, ids_[:, 1:], torch.arange(ids_.shape[1] - 1), None, fresh)
             assert lm.cache_len(self.cache) == self.n_true == ids_.shape[1] - 1

@@ -23,7 +23,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from specdec_lab.eagle import EagleDrafter, EagleNet, KVCache, expand_step
+from specdec_lab import lm
+from specdec_lab.eagle import EagleDrafter, EagleNet, expand_step
 from specdec_lab.training import ttt_mask, unroll
 from specdec_lab.grading._common import call, check, grader, passed, seeded
 
@@ -117,11 +118,11 @@ def check_ttt_unroll(ttt_unroll: Callable) -> None:
           "(positions arange(T), mask ttt_mask(T, 0))")
     if not torch.allclose(got[1], want[1], atol=1e-4):
         with torch.no_grad():
-            cache = KVCache()
+            cache = lm.new_cache()
             net(feature, tokens, torch.arange(7), ttt_mask(7, 0), cache)
             no_shift = net(want[0], tokens, torch.arange(7), ttt_mask(7, 1), cache)
             fresh = net(torch.cat([torch.zeros_like(want[0][:, :1]), want[0][:, :-1]], 1), tokens, torch.arange(7))
-            cache = KVCache()
+            cache = lm.new_cache()
             net(feature, tokens, torch.arange(7), ttt_mask(7, 0), cache)
             shifted_true = net(torch.cat([torch.zeros_like(feature[:, :1]), feature[:, :-1]], 1), tokens,
                                torch.arange(7), ttt_mask(7, 1), cache)
