@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from specdec_lab import lm
 from specdec_lab.precision import autocast
@@ -106,8 +107,6 @@ def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Te
     `save_every` seconds and when the run stops; a run that finds it resumes from it (`steps` included) and
     deletes it when done. deadline: a time.monotonic() after which the run stops early, saving the checkpoint.
     """
-    from tqdm.auto import tqdm
-
     g = torch.Generator().manual_seed(seed)
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -161,7 +160,7 @@ def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Te
 
 def save(module: nn.Module, file: Path | str, config: dict) -> None:
     """module's state dict in `file` (bfloat16: half the bytes) and `config` in config.json beside it."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # here: `import specdec_lab` (and the CLI's --help) need not load it
 
     file = Path(file)
     file.parent.mkdir(parents=True, exist_ok=True)

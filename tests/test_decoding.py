@@ -15,10 +15,11 @@ import pytest
 import torch
 from helpers import P_MIN, RUNS, VOCAB, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
-from specdec_lab import DraftModelDrafter, Generation, generate, lm, measure, sampling, zoo
+from specdec_lab import DraftModelDrafter, Generation, bench, generate, lineup, lm, measure, report, sampling, viz, zoo
 from specdec_lab.decoding import Warp, generate_naive
 from specdec_lab.draft_models import early_exit_model, fake_quantize, fake_quantized_model
 from specdec_lab.drafters import Drafter
+from specdec_lab.prompts import load_prompts
 from specdec_lab.sampling import verify_chain
 from specdec_lab.tree import DraftTree, verify_tree
 
@@ -328,8 +329,6 @@ ZOO = (zoo.EMBEDDED["tiny"] / "target" / "model.safetensors").exists()
 
 @pytest.mark.skipif(not ZOO, reason="the embedded zoo pair is not trained yet (run `specdec-lab train-zoo`)")
 def test_zoo_greedy_identity_on_suite_prompts():
-    from specdec_lab.prompts import load_prompts
-
     target, draft, tok = zoo.load_pair("tiny", device="cpu")
     prompts = load_prompts()
     for p in prompts[::9]:  # 6 prompts spread over the three categories; the notebook runs all 52
@@ -344,8 +343,6 @@ def test_zoo_greedy_identity_on_suite_prompts():
 
 
 def test_bench_rows_agree(pair):
-    from specdec_lab import bench, lineup, report
-
     target, noisy, _ = pair
     prompts = [prompt_ids(s) for s in range(2)]
     methods = lineup.draft_methods(target, noisy, max_new_tokens=12, gamma=3, naive=True)
@@ -358,8 +355,6 @@ def test_bench_rows_agree(pair):
 
 
 def test_acceptance_view(pair):
-    from specdec_lab import viz
-
     gen = Generation(tokens=[1, 2, 3, 4, 5, 6], target_calls=3, accept_lengths=[2, 0, 3], draft_lengths=[2, 3, 3])
     assert viz.acceptance_kinds(gen) == ["accepted", "accepted", "bonus", "corrected", "accepted", "accepted"]
 

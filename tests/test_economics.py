@@ -7,7 +7,10 @@ Notebook 02 prints the same tables (sections 1 to 4).
 
 import math
 import random
+from pathlib import Path
 
+import matplotlib
+import nbformat
 import pytest
 
 from specdec_lab import economics
@@ -204,11 +207,6 @@ def test_public_api():
 
 def test_notebook_derivations_agree_with_the_library(capsys):
     """Run notebooks/02's derivation cells (sections 1 to 4, no plots) and compare what they define."""
-    from pathlib import Path
-
-    import matplotlib
-    import nbformat
-
     matplotlib.use("Agg")
     nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "02_speedup_economics.ipynb", as_version=4)
     end = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## 5."))

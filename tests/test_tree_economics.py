@@ -1,19 +1,23 @@
 """Chapter 04's model of tree drafting (economics.tree_*) and its explorer (widgets.tree_*)."""
+import ast
 import math
+import random
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import nbformat  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from helpers import noisy_copy, prompt_ids, tiny_llama  # noqa: E402
 
-from specdec_lab import DraftModelDrafter, economics, measure, tree, widgets  # noqa: E402
+from specdec_lab import DraftModelDrafter, economics, grading, measure, tree, widgets  # noqa: E402
 from specdec_lab.checks import ArgumentError  # noqa: E402
 from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup  # noqa: E402
-from specdec_lab.sampling import Warp  # noqa: E402
+from specdec_lab.sampling import Warp, residual  # noqa: E402
 
 SHAPES = [[1], [1, 1, 1, 1], [2, 2, 1, 1], [3, 3, 2], [3, 2, 1], [4, 2], [1, 3, 1, 2]]
 
@@ -165,14 +169,6 @@ def test_measure_tree_reports_tau_beside_the_prediction(pair):
 
 def _notebook_functions(names):
     """The functions `names` as notebooks/04 defines them (only their `def` blocks are run)."""
-    import ast
-    import random
-    from pathlib import Path
-
-    import nbformat
-
-    from specdec_lab.sampling import residual
-
     nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "04_tree_attention.ipynb", as_version=4)
     ns = {"torch": torch, "random": random, "residual": residual, "tree": tree}
     for cell in nb.cells:
@@ -187,8 +183,6 @@ def _notebook_functions(names):
 
 
 def test_notebook_derivations_agree_with_the_library():
-    from specdec_lab import grading
-
     ns = _notebook_functions({"mask_from_parents", "positions_from_parents", "greedy_walk", "two_candidates"})
     g = torch.Generator().manual_seed(3)
     for n in range(1, 30):
