@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ArgumentError", "MIN_TEMPERATURE", "SUM_TOL", "integer", "real", "temperature", "top_k", "top_p", "eos_ids",
-           "prompt", "model", "instance", "drafter", "typical", "branching", "choices", "generator", "probs", "tokens",
-           "proposable"]
+__all__ = ["ArgumentError", "MIN_TEMPERATURE", "SUM_TOL", "show", "integer", "real", "temperature", "top_k", "top_p",
+           "eos_ids", "prompt", "model", "instance", "drafter", "typical", "branching", "choices", "generator", "probs",
+           "tokens", "proposable"]
 
 # Below this, softmax(logits / T) is argmax in all but name; near 1e-38 logits / T overflows float32 to inf and
 # the softmax turns into NaN. So 0 < T < MIN_TEMPERATURE is refused: pass 0 for greedy decoding.
@@ -29,7 +29,7 @@ class ArgumentError(ValueError, TypeError):
     """A bad argument. Both a ValueError and a TypeError, so either `except` clause catches it."""
 
 
-def _show(value) -> str:
+def show(value) -> str:
     """A short description of `value` for a message: shapes for tensors, names for classes, else a repr."""
     if isinstance(value, Tensor):
         return f"a {value.dtype} tensor of shape {list(value.shape)}"
@@ -49,7 +49,7 @@ def integer(value, name: str, meaning: str, low: int = 1, fix: str = "") -> int:
     except TypeError:
         ok = False
     if not ok:
-        raise ArgumentError(f"{name} ({meaning}) must be an int >= {low}, got {_show(value)}"
+        raise ArgumentError(f"{name} ({meaning}) must be an int >= {low}, got {show(value)}"
                             + (f"; {fix}" if fix else ""))
     return operator.index(value)
 
@@ -57,7 +57,7 @@ def integer(value, name: str, meaning: str, low: int = 1, fix: str = "") -> int:
 def real(value, name: str, rule: str, ok) -> float:
     """value as a float for which ok(value) holds; `rule` says in words what ok checks."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(float(value)):
-        raise ArgumentError(f"{name} must be {rule}, got {_show(value)}")
+        raise ArgumentError(f"{name} must be {rule}, got {show(value)}")
     return float(value)
 
 
@@ -91,7 +91,7 @@ def eos_ids(value) -> set[int]:
         ids = None
     if ids is None or any(isinstance(t, bool) for t in items) or any(t < 0 for t in ids):
         raise ArgumentError(f"eos_token_id must be a token id (an int >= 0), a list of them or None, got "
-                            f"{_show(value)}: pass tok.eos_token_id")
+                            f"{show(value)}: pass tok.eos_token_id")
     return set(ids)
 
 
@@ -101,13 +101,13 @@ def prompt(input_ids, max_new_tokens, vocab: int, context: int | None, device) -
     sequence; text, a tokenizer's whole output and batches are refused with what to pass instead."""
     max_new_tokens = integer(max_new_tokens, "max_new_tokens", "tokens to generate", 0)
     if isinstance(input_ids, str):
-        raise ArgumentError(f"input_ids is text ({_show(input_ids)}): tokenize first: "
+        raise ArgumentError(f"input_ids is text ({show(input_ids)}): tokenize first: "
                             "tok(text, return_tensors='pt').input_ids")
     if isinstance(input_ids, Mapping):  # transformers' BatchEncoding is a Mapping too
         raise ArgumentError(f"input_ids is a tokenizer's whole output ({type(input_ids).__name__} with keys "
                             f"{list(input_ids)}): pass its .input_ids, tok(text, return_tensors='pt').input_ids")
     if isinstance(input_ids, nn.Module):
-        raise ArgumentError(f"input_ids is {_show(input_ids)}, a model: the order is generate(target, input_ids, "
+        raise ArgumentError(f"input_ids is {show(input_ids)}, a model: the order is generate(target, input_ids, "
                             "drafter, ...)")
     try:
         ids = input_ids if isinstance(input_ids, Tensor) else torch.as_tensor(input_ids)
@@ -121,7 +121,7 @@ def prompt(input_ids, max_new_tokens, vocab: int, context: int | None, device) -
                             f"{list(ids.shape)}: loop over the rows")
     if ids is None or ids.dim() not in (1, 2) or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ArgumentError(f"input_ids must be token ids, a [T] or [1, T] integer tensor or a list of ints, got "
-                            f"{_show(input_ids)}")
+                            f"{show(input_ids)}")
     ids = ids.reshape(1, -1).long().to(device)  # [1, T]
     T = ids.shape[1]
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
@@ -140,7 +140,7 @@ def model(value, name: str, fix: str):
     """value must be a transformers causal LM (a module with a .config)."""
     if isinstance(value, nn.Module) and hasattr(value, "config"):
         return value
-    raise ArgumentError(f"{name} must be a causal LM (a transformers model), got {_show(value)}: {fix}")
+    raise ArgumentError(f"{name} must be a causal LM (a transformers model), got {show(value)}: {fix}")
 
 
 def instance(value, cls: type, name: str, fix: str):
@@ -148,7 +148,7 @@ def instance(value, cls: type, name: str, fix: str):
     if isinstance(value, cls):
         return value
     article = "an" if cls.__name__[0] in "AEIOU" else "a"
-    raise ArgumentError(f"{name} must be {article} {cls.__name__}, got {_show(value)}: {fix}")
+    raise ArgumentError(f"{name} must be {article} {cls.__name__}, got {show(value)}: {fix}")
 
 
 # How to make each drafter, for a message about a class passed where an instance (or a drafter) was meant.
@@ -172,11 +172,11 @@ def drafter(value):
         raise ArgumentError(f"drafter is a model ({type(value).__name__}), not a drafter: wrap the draft model: "
                             "DraftModelDrafter(draft)")
     if hasattr(value, "propose"):
-        raise ArgumentError(f"{_show(value)} has propose() but lacks {', '.join(missing)}: subclass "
+        raise ArgumentError(f"{show(value)} has propose() but lacks {', '.join(missing)}: subclass "
                             "specdec_lab.drafters.Drafter, which provides them")
     fix = _MAKE.get(type(value).__name__, "DraftModelDrafter(draft), PromptLookupDrafter() or None")
     raise ArgumentError(f"drafter must be None or a drafter (an object with propose(ids, warp, limit)), got "
-                        f"{_show(value)}: pass {fix}")
+                        f"{show(value)}: pass {fix}")
 
 
 def typical(value) -> tuple[float, float] | None:
@@ -194,7 +194,7 @@ def branching(value) -> list[int]:
     items = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
     if not items or any(isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1 for b in items):
         raise ArgumentError(f"branching must be a non-empty list of ints >= 1 (children per node at each level, "
-                            f"e.g. [2, 2, 1, 1]; [1] * γ is a chain of γ), got {_show(value)}")
+                            f"e.g. [2, 2, 1, 1]; [1] * γ is a chain of γ), got {show(value)}")
     return [int(b) for b in items]
 
 
@@ -208,7 +208,7 @@ def choices(value) -> list[tuple[int, ...]]:
                         for c in paths):
         raise ArgumentError(f"choices must be a non-empty list of paths of child ranks (ints >= 0), e.g. "
                             f"[(0,), (1,), (0, 0)]; medusa.DEFAULT_CHOICES is the default and "
-                            f"tree.full_choices([2, 2, 1]) a full tree; got {_show(value)}")
+                            f"tree.full_choices([2, 2, 1]) a full tree; got {show(value)}")
     return [tuple(int(r) for r in c) for c in paths]
 
 
@@ -228,37 +228,38 @@ def generator(value):
 
 
 def probs(name: str, x, ndim: int | None = None, shape: str = "[..., V]", size=None) -> Tensor:
-    """x as a float tensor of probabilities, or a ValueError that says what is wrong with it.
+    """x as a float tensor of probabilities, or an ArgumentError that says what is wrong with it.
 
     ndim or size (a full shape) constrain the shape; `shape` names it in the message.
     """
     x = x if isinstance(x, Tensor) else torch.as_tensor(x)
     if not x.is_floating_point():
-        raise ValueError(f"{name} must hold floating-point probabilities, got dtype {x.dtype}")
+        raise ArgumentError(f"{name} must hold floating-point probabilities, got dtype {x.dtype}: "
+                            "pass a softmax over the vocabulary, not token ids")
     x = x if x.dtype == torch.float32 else x.float()
     if (ndim is not None and x.dim() != ndim) or x.dim() == 0:
-        raise ValueError(f"{name} must have shape {shape}, got {list(x.shape)}")
+        raise ArgumentError(f"{name} must have shape {shape}, got {list(x.shape)}")
     if size is not None and x.shape != tuple(size):
-        raise ValueError(f"{name} must have shape {list(size)} ({shape}), got {list(x.shape)}")
+        raise ArgumentError(f"{name} must have shape {list(size)} ({shape}), got {list(x.shape)}")
     if x.numel() == 0:
         if x.shape[-1] == 0:
-            raise ValueError(f"{name} has shape {list(x.shape)}: the vocabulary dimension is empty")
+            raise ArgumentError(f"{name} has shape {list(x.shape)}: the vocabulary dimension is empty")
         return x  # no rows, e.g. q for an empty draft
     sums = x.sum(-1)  # [...]
     low_sum, high_sum = torch.aminmax(sums)
     if float(x.min()) >= 0 and 1 - SUM_TOL <= float(low_sum) and float(high_sum) <= 1 + SUM_TOL:
         return x  # the common case; NaN and inf fail these comparisons and are diagnosed below
     if torch.isnan(x).any():
-        raise ValueError(f"{name} has NaN entries")
+        raise ArgumentError(f"{name} has NaN entries: the logits it came from hold NaN or inf; check the model")
     if (x < 0).any():
         where = tuple((x < 0).nonzero()[0].tolist())
-        raise ValueError(
+        raise ArgumentError(
             f"{name} has a negative entry {x[where].item():.4g} at index {list(where)}: probabilities are "
             ">= 0 (logits and log-probabilities are not probabilities)"
         )
     where = tuple(((sums - 1).abs() > SUM_TOL).nonzero()[0].tolist())
     row = f" row {list(where)}" if where else ""
-    raise ValueError(
+    raise ArgumentError(
         f"{name}{row} sums to {sums[where].item():.6f}, not 1 (tolerance {SUM_TOL:g}): "
         "pass probabilities (a softmax), not logits or unnormalized weights"
     )
@@ -270,10 +271,11 @@ def tokens(name: str, tokens, vocab: int, device) -> Tensor:
     try:
         ids = [operator.index(t) for t in ids]  # ints, numpy ints; not floats, not nested lists
     except TypeError:
-        raise ValueError(f"{name} must be a 1-D sequence of integer token ids, got {ids}") from None
+        raise ArgumentError(f"{name} must be a 1-D sequence of integer token ids, got {ids}") from None
     for i, t in enumerate(ids):
         if not 0 <= t < vocab:
-            raise ValueError(f"{name} token {t} at position {i} is outside the vocabulary [0, {vocab})")
+            raise ArgumentError(f"{name} token {t} at position {i} is outside the vocabulary [0, {vocab}): "
+                                "use ids of the target's tokenizer")
     return torch.tensor(ids, dtype=torch.long, device=device)
 
 
@@ -281,7 +283,7 @@ def proposable(q_x: Tensor, tokens: Tensor, what: str) -> None:
     """A drafter cannot propose a token it gives probability 0: that means q does not match the draft."""
     if len(q_x) and float(q_x.min()) <= 0:
         i = int((q_x <= 0).nonzero()[0])
-        raise ValueError(
+        raise ArgumentError(
             f"q gives the {what} token {tokens[i].item()} (position {i}) probability 0, so it cannot "
             "have been drawn from q: pass the distribution the draft was sampled from"
         )

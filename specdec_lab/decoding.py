@@ -107,7 +107,7 @@ def score(target, new_ids: Tensor, tree: DraftTree, cache, hidden: bool = False)
     """
     if tree.is_chain and not hidden:
         x = torch.cat([new_ids, torch.as_tensor([tree.tokens], dtype=torch.long, device=new_ids.device)], 1)
-        return lm.forward_last(target, x, cache, len(tree) + 1)[0], None  # [n+1, V]
+        return lm.forward(target, x, cache, last=len(tree) + 1)[0], None  # [n+1, V]
     out = tree_forward(target, new_ids, tree.parents, tree.tokens, cache, hidden=hidden)
     return out if hidden else (out, None)  # [n+1, V], layers x [1, k+n, H]
 

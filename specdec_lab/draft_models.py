@@ -11,6 +11,8 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from specdec_lab import checks
+
 __all__ = ["early_exit_model", "fake_quantized_model", "fake_quantize"]
 
 
@@ -33,7 +35,7 @@ def early_exit_model(target, layers: int):
     inner = _decoder(target)
     total = len(inner.layers)
     if not 1 <= layers < total:
-        raise ValueError(f"layers must be in [1, {total - 1}] for a target with {total} layers, got {layers}")
+        raise checks.ArgumentError(f"layers must be in [1, {total - 1}] for a target with {total} layers, got {layers}")
     config = copy.deepcopy(target.config)
     config.num_hidden_layers = layers
     for key in ("layer_types", "mlp_layer_types"):  # per-layer lists must match the new depth
@@ -58,7 +60,7 @@ def fake_quantize(weight: Tensor, bits: int = 4, group_size: int = 32) -> Tensor
     """
     out_features, in_features = weight.shape
     if in_features % group_size:
-        raise ValueError(f"in_features {in_features} is not a multiple of group_size {group_size}")
+        raise checks.ArgumentError(f"in_features {in_features} is not a multiple of group_size {group_size}")
     levels = 2 ** (bits - 1) - 1  # 7 for int4: values -7..7
     w = weight.float().reshape(out_features, in_features // group_size, group_size)  # [out, groups, g]
     scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-12) / levels  # [out, groups, 1]

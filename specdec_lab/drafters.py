@@ -146,12 +146,13 @@ class DraftModelDrafter(Drafter):
     def start(self, target, ids: Tensor) -> None:
         vt, vd = _vocab(target), _vocab(self.model)
         if vt != vd:
-            raise ValueError(f"target and draft have different vocabularies ({vt} vs {vd} token ids), so their "
-                             "token ids cannot be compared: use a draft trained with the target's tokenizer "
-                             "(zoo.load_pair returns matching pairs; zoo.check_pair explains a mismatch)")
+            raise checks.ArgumentError(f"target and draft have different vocabularies ({vt} vs {vd} token ids), so "
+                                       "their token ids cannot be compared: use a draft trained with the target's "
+                                       "tokenizer (zoo.load_pair returns matching pairs; zoo.check_pair explains a "
+                                       "mismatch)")
         if ids.shape[1] > self.context:
-            raise ValueError(f"the prompt has {ids.shape[1]} tokens, more than the draft's context of {self.context}: "
-                             f"shorten it to {self.context} tokens or fewer")
+            raise checks.ArgumentError(f"the prompt has {ids.shape[1]} tokens, more than the draft's context of "
+                                       f"{self.context}: shorten it to {self.context} tokens or fewer")
         if any(b > 1 for b in self.branching):  # a tree: both models read it through a custom mask
             require_custom_masks(target, "tree drafts")
             require_custom_masks(self.model, "tree drafts")
@@ -174,7 +175,7 @@ class DraftModelDrafter(Drafter):
         # x: [1, 1] the pending token; [1, 2] after an all-accepted step; the prompt at first
         tokens, qs = [], []
         for _ in range(n):
-            logits = lm.forward_last(self.model, x, self.cache, 1)[:, -1]  # [1, V]
+            logits = lm.forward(self.model, x, self.cache, last=1)[:, -1]  # [1, V]
             if warp.greedy:
                 x = logits.argmax(-1, keepdim=True)  # [1, 1]
             else:
@@ -186,7 +187,7 @@ class DraftModelDrafter(Drafter):
         return DraftTree.chain(torch.cat(tokens, 1)[0].tolist(), torch.cat(qs) if qs else None)  # q: [n, V]
 
     def _tree(self, x: Tensor, warp: Warp, branching: list[int]) -> DraftTree:
-        logits = lm.forward_last(self.model, x, self.cache, 1)[0]  # [1, V] after the last committed token
+        logits = lm.forward(self.model, x, self.cache, last=1)[0]  # [1, V] after the last committed token
         grower, qs = TreeBuilder(self.base), []
         for level, b in enumerate(branching):
             if level:  # feed the frontier: one forward, each node sees the text, its ancestors and itself

@@ -43,7 +43,7 @@ from specdec_lab.ragged import Ragged
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
-__all__ = ["RMSNorm", "KVCache", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers", "expand_step",
+__all__ = ["RMSNorm", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers", "expand_step",
            "select_nodes", "EAGLE_DIR"]
 
 EAGLE_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"  # eagle1/ and eagle3/ live here
@@ -76,10 +76,10 @@ def rope(x: Tensor, positions: Tensor, theta: float = 10000.0) -> Tensor:
     return x * cos + half * sin
 
 
-def KVCache():
-    """The draft's own cache: a one-layer Hugging Face cache, grown by `lm.append` and rolled back by `lm.keep`
-    like the target's (keys and values [B, heads, L, d])."""
-    return lm.new_cache()
+# The draft's own cache is `lm.new_cache()`: a one-layer Hugging Face cache, grown by `lm.append` and rolled back by
+# `lm.keep` like the target's (keys and values [B, heads, L, d]). KVCache is the name chapter 06's notebook and
+# exercise import for it: the same function, kept so they run unchanged.
+KVCache = lm.new_cache
 
 
 class DraftLayer(nn.Module):
@@ -88,7 +88,7 @@ class DraftLayer(nn.Module):
     def __init__(self, hidden: int, heads: int, mlp: int):
         super().__init__()
         if hidden % heads:
-            raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")
+            raise checks.ArgumentError(f"hidden {hidden} is not a multiple of heads {heads}")
         self.heads, self.d = heads, hidden // heads
         self.attn_norm, self.mlp_norm = RMSNorm(hidden), RMSNorm(hidden)
         self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
@@ -137,7 +137,7 @@ class EagleNet(nn.Module):
                  draft_vocab: int | None = None):
         super().__init__()
         if version not in (1, 3):
-            raise ValueError(f"version must be 1 (EAGLE-1/2) or 3 (EAGLE-3), got {version!r}")
+            raise checks.ArgumentError(f"version must be 1 (EAGLE-1/2) or 3 (EAGLE-3), got {version!r}")
         config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
         H = config.hidden_size
         self.version, self.hidden, self.num_heads, self.mlp = version, H, heads, mlp
@@ -292,7 +292,7 @@ class EagleDrafter(Drafter):
         self.topk = checks.integer(topk, "topk", "children per expanded node")
         self.depth = checks.integer(depth, "depth", "levels of the dynamic tree")
         self.budget = checks.integer(budget, "budget", "nodes kept in the dynamic tree")
-        self.cache, self.n_true, self.root = KVCache(), 0, None
+        self.cache, self.n_true, self.root = lm.new_cache(), 0, None
         self.gamma = len(self.branching)  # a chain's length (generate_batch drafts chains)
 
     @classmethod
@@ -310,10 +310,10 @@ class EagleDrafter(Drafter):
     def start(self, target, ids: Tensor) -> None:
         H = target.config.get_text_config().hidden_size
         if H != self.net.hidden:
-            raise ValueError(f"this EAGLE draft was built for hidden size {self.net.hidden}, the target has {H}: "
-                             "train one for this target")
+            raise checks.ArgumentError(f"this EAGLE draft was built for hidden size {self.net.hidden}, the target has "
+                                       f"{H}: train one for this target")
         require_custom_masks(target, "EAGLE's drafts")  # the target reads every draft through a tree mask
-        self.cache, self.n_true, self.root = KVCache(), 0, None
+        self.cache, self.n_true, self.root = lm.new_cache(), 0, None
 
     @torch.no_grad()
     def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:

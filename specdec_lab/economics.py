@@ -9,36 +9,27 @@ cost of one target pass over γ+1 tokens, also in target decode steps (1.0 = ver
 from __future__ import annotations
 
 import math
-from numbers import Real
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from numbers import Real
+
+from specdec_lab import checks
 
 __all__ = ["expected_tokens", "expected_tokens_by_depth", "speedup", "optimal_gamma", "alpha_from_tau",
            "Roofline", "LAUNCH_PER_LAYER", "QWEN25_7B_ON_H100", "tree_nodes", "level_hit_rates",
            "tree_expected_tokens", "tree_speedup"]
 
 
-def _alpha(alpha) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, Real) or not 0 <= alpha <= 1:
-        raise ValueError(f"alpha is a probability of acceptance, a number in [0, 1]; got {alpha!r}")
-    return float(alpha)
-
-
-def _gamma(gamma) -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
-        raise ValueError(f"gamma (tokens drafted per round) must be an int >= 0; got {gamma!r}")
-    return gamma
-
-
-def _nonneg(name: str, x, meaning: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, Real) or not x >= 0:
-        raise ValueError(f"{name} ({meaning}) must be a number >= 0; got {x!r}")
-    return float(x)
+# Argument checks (checks.real, checks.integer): each raises checks.ArgumentError naming the argument and what to pass.
+PROBABILITY = ("a probability of acceptance, a number in [0, 1]", lambda a: 0 <= a <= 1)
+NONNEGATIVE = ("a number >= 0", lambda x: x >= 0)
+GAMMA = ("gamma", "tokens drafted per round", 0)  # name, meaning, least value
+DRAFT_COST = "c (cost of one draft token, in target decode steps)"
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
     """E[tokens per target pass] = Σ_{i=0}^{γ} α^i = (1 - α^{γ+1}) / (1 - α); γ + 1 at α = 1."""
-    alpha, gamma = _alpha(alpha), _gamma(gamma)
+    alpha, gamma = checks.real(alpha, "alpha", *PROBABILITY), checks.integer(gamma, *GAMMA)
     return math.fsum(alpha**i for i in range(gamma + 1))  # the sum: exact at α = 1, no 0/0 near it
 
 
@@ -46,17 +37,16 @@ def expected_tokens_by_depth(alphas: Sequence[float]) -> float:
     """E[tokens per target pass] = 1 + Σ_{i=1}^{γ} Π_{j≤i} α_j, for acceptance α_j at draft depth j."""
     total, reach = 1.0, 1.0
     for a in alphas:
-        reach *= _alpha(a)  # P(the first i drafts are all accepted)
+        reach *= checks.real(a, "alpha", *PROBABILITY)  # P(the first i drafts are all accepted)
         total += reach
     return total
 
 
 def speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1.0) -> float:
     """S = E[tokens per pass] / (verify_cost + γ·c), against plain decoding's 1 token per target step."""
-    c = _nonneg("c", c, "cost of one draft token, in target decode steps")
-    if isinstance(verify_cost, bool) or not isinstance(verify_cost, Real) or not verify_cost > 0:
-        raise ValueError(f"verify_cost (one target pass over γ+1 tokens, in decode steps) must be > 0; "
-                         f"got {verify_cost!r}")
+    c = checks.real(c, DRAFT_COST, *NONNEGATIVE)
+    verify_cost = checks.real(verify_cost, "verify_cost (one target pass over γ+1 tokens, in decode steps)",
+                              "> 0 (1.0 = verification as cheap as one decode step)", lambda v: v > 0)
     return expected_tokens(alpha, gamma) / (verify_cost + gamma * c)
 
 
@@ -67,9 +57,8 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 32,
     verify_cost: a number, or a function γ -> cost of verifying γ+1 tokens (see Roofline.verify_cost).
     Ties go to the shorter draft.
     """
-    _alpha(alpha), _nonneg("c", c, "cost of one draft token, in target decode steps")
-    if _gamma(max_gamma) < 1:
-        raise ValueError(f"max_gamma must be >= 1; got {max_gamma!r}")
+    checks.real(alpha, "alpha", *PROBABILITY), checks.real(c, DRAFT_COST, *NONNEGATIVE)
+    max_gamma = checks.integer(max_gamma, "max_gamma", "the longest draft to try", 1)
     cost = verify_cost if callable(verify_cost) else (lambda gamma: verify_cost)
     best, best_speedup = 0, 1.0  # γ = 0 is plain decoding
     for gamma in range(1, max_gamma + 1):
@@ -81,9 +70,9 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 32,
 
 def alpha_from_tau(tau: float, gamma: int) -> float:
     """The α with expected_tokens(α, γ) = τ (bisection): α read back from measured tokens per pass."""
-    gamma = _gamma(gamma)
-    if not 1 <= tau <= gamma + 1:
-        raise ValueError(f"tokens per pass τ lies in [1, γ+1] = [1, {gamma + 1}]; got {tau!r}")
+    gamma = checks.integer(gamma, *GAMMA)
+    tau = checks.real(tau, "tau (measured tokens per target pass)", f"in [1, γ+1] = [1, {gamma + 1}]",
+                      lambda t: 1 <= t <= gamma + 1)
     lo, hi = 0.0, 1.0
     for _ in range(60):  # expected_tokens increases with α
         mid = (lo + hi) / 2
@@ -114,7 +103,7 @@ class Roofline:
 
     def verify_cost(self, gamma: int, batch: int = 1) -> float:
         """A pass over γ+1 tokens per request, in decode steps: t(B, γ+1) / t(B, 1)."""
-        return self.step_time(batch, _gamma(gamma) + 1) / self.step_time(batch, 1)
+        return self.step_time(batch, checks.integer(gamma, *GAMMA) + 1) / self.step_time(batch, 1)
 
     def speedup(self, alpha: float, gamma: int, c: float, batch: int = 1) -> float:
         """S(B) = E[tokens] · t(B, 1) / (t(B, γ+1) + γ·c·t(B, 1)): the drafts cost c of this batch's step."""
@@ -144,18 +133,10 @@ QWEN25_7B_ON_H100 = Roofline(params=7.6e9, bandwidth=3.35e12, peak_flops=989e12,
 # has branching[l] children (chapter 04's DraftModelDrafter(branching=...)); [1] * γ is the chain of γ drafts.
 
 
-def _branching(branching) -> list[int]:
-    if (not isinstance(branching, (list, tuple)) or not branching
-            or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in branching)):
-        raise ValueError(f"branching must be a non-empty list of ints >= 1 (children per node at each level); "
-                         f"got {branching!r}")
-    return list(branching)
-
-
 def tree_nodes(branching: Sequence[int]) -> int:
     """Drafted nodes of the full tree: Σ_l Π_{j≤l} b_j ([2, 2, 1, 1] -> 2 + 4 + 4 + 4 = 14)."""
     total, width = 0, 1
-    for b in _branching(branching):
+    for b in checks.branching(branching):
         width *= b  # nodes on this level
         total += width
     return total
@@ -168,14 +149,15 @@ def level_hit_rates(branching: Sequence[int], hit: float | Sequence[float]) -> l
     1 - (1 - α)^b (independence: each child a fresh chance α); or the measured top-k hit rates of the draft,
     hit[k-1] = P(the target's token is among the draft's top k), used directly for a level of k children.
     """
-    branching = _branching(branching)
+    branching = checks.branching(branching)
     if isinstance(hit, Real) and not isinstance(hit, bool):
-        alpha = _alpha(hit)
+        alpha = checks.real(hit, "alpha", *PROBABILITY)
         return [1 - (1 - alpha) ** b for b in branching]
-    rates = [_alpha(h) for h in hit]
+    rates = [checks.real(h, "alpha", *PROBABILITY) for h in hit]
     if any(b > len(rates) for b in branching):
-        raise ValueError(f"branching {branching} needs top-k hit rates up to k = {max(branching)}, "
-                         f"got {len(rates)}")
+        raise checks.ArgumentError(f"branching {branching} needs top-k hit rates up to k = {max(branching)}, "
+                                   f"got {len(rates)}: pass {max(branching)} rates (hit[k-1] = P(top k holds the "
+                                   "target's token)) or one number α")
     return [rates[b - 1] for b in branching]
 
 
@@ -195,6 +177,6 @@ def tree_speedup(branching: Sequence[int], hit: float | Sequence[float], c: floa
     batch 1, larger on a CPU or at large batch); the draft runs one forward per level (its whole frontier at
     once), c decode steps each.
     """
-    c = _nonneg("c", c, "cost of one draft forward, in target decode steps")
-    s = _nonneg("s", s, "extra cost of one verified node, in target decode steps")
+    c = checks.real(c, "c (cost of one draft forward, in target decode steps)", *NONNEGATIVE)
+    s = checks.real(s, "s (extra cost of one verified node, in target decode steps)", *NONNEGATIVE)
     return tree_expected_tokens(branching, hit) / (1 + s * tree_nodes(branching) + c * len(branching))

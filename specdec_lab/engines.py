@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+from specdec_lab import checks
+
 __all__ = ["ENGINES", "sglang_flags", "draft_model", "prompt_lookup", "medusa", "eagle"]
 
 ENGINES = ("vLLM", "SGLang", "Hugging Face", "llama.cpp")
@@ -28,12 +30,12 @@ def sglang_flags(topk: int, depth: int, budget: int) -> dict[str, int]:
     budget)); a chain of γ drafts is topk=1, depth=budget=γ. SGLang counts the root (the pending token the target
     re-reads) among its draft tokens, so --speculative-num-draft-tokens is budget + 1."""
     if min(topk, depth, budget) < 1:
-        raise ValueError(f"topk, depth and budget must all be >= 1, got {topk}, {depth}, {budget}")
+        raise checks.ArgumentError(f"topk, depth and budget must all be >= 1, got {topk}, {depth}, {budget}")
     most = topk + (depth - 1) * topk * topk  # every level keeps topk nodes, each offering topk children
     if budget > most:
-        raise ValueError(f"a top-{topk} tree {depth} levels deep offers at most {most} nodes, not {budget}")
+        raise checks.ArgumentError(f"a top-{topk} tree {depth} levels deep offers at most {most} nodes, not {budget}")
     if topk == 1 and budget != depth:
-        raise ValueError(f"a chain (topk=1) of depth {depth} has exactly {depth} nodes, not {budget}")
+        raise checks.ArgumentError(f"a chain (topk=1) of depth {depth} has exactly {depth} nodes, not {budget}")
     return {"--speculative-num-steps": depth, "--speculative-eagle-topk": topk,
             "--speculative-num-draft-tokens": budget + 1}
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_lab import engines, measure, train_heads as trained, tune
+from specdec_lab import checks, engines, measure, train_heads as trained, tune
 from specdec_lab.decoding import Generation, generate, generate_naive
 from specdec_lab.drafters import Drafter, DraftModelDrafter
 from specdec_lab.eagle import EagleDrafter, EagleNet
@@ -169,7 +169,7 @@ def engine_settings(drafter, model: str = "<draft>") -> dict[str, str]:
         return dict.fromkeys(engines.ENGINES, "leave speculative decoding off")
     row = next((r for r in METHODS if r.kind is not None and isinstance(drafter, r.kind)), None)
     if row is None:
-        raise TypeError(f"no engine mapping for {type(drafter).__name__}: expected None or the drafter of a row of "
+        raise checks.ArgumentError(f"no engine mapping for {type(drafter).__name__}: expected None or the drafter of a row of "
                         "lineup.METHODS (" + ", ".join(sorted({r.kind.__name__ for r in METHODS if r.kind})) + ")")
     if row.engines is None:
         return dict.fromkeys(engines.ENGINES, f"{engines.NONE}: no engine runs {type(drafter).__name__}")

@@ -30,10 +30,16 @@ import torch
 import transformers
 from transformers import DynamicCache
 
+try:  # >= 4.54: a cache is a list of layers, and sliding-window layers keep only the window
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+except ImportError:
+    DynamicLayer = DynamicSlidingWindowLayer = None
+
+from specdec_lab import checks
 from specdec_lab.masks import custom_masks, require_custom_masks
 
 __all__ = ["new_cache", "append", "cache_len", "forward", "keep", "crop", "gather", "gather_rows", "dtype_kwargs",
-           "forward_last", "context_length", "rope", "kv", "saved_by"]
+           "context_length", "rope", "kv", "saved_by"]
 
 
 def _version() -> tuple[int, int]:
@@ -89,9 +95,7 @@ def new_cache(model=None) -> DynamicCache:
     """
     if model is not None and "config" in inspect.signature(DynamicCache.__init__).parameters:  # >= 4.56
         cache = DynamicCache(config=model.config)
-        try:
-            from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
-        except ImportError:  # no per-layer classes in this version: nothing to replace
+        if DynamicSlidingWindowLayer is None:  # no per-layer classes in this version: nothing to replace
             return cache
         for i, layer in enumerate(getattr(cache, "layers", [])):
             if type(layer) is DynamicSlidingWindowLayer:  # keeps only window - 1 positions: keep them all
@@ -125,7 +129,9 @@ def forward(model, ids: torch.Tensor, cache=None, positions: torch.Tensor | None
     mask: bool [n, n] or [B, n, n], True = new token i may attend to new token j (e.g. a tree mask);
           the cached prefix is always visible. Or [(B,) n, past + n] to mask cached positions too.
           None with default positions = ordinary causal attention.
-    last: compute only the last `last` positions' logits (the LM head skips the rest; see `forward_last`).
+    last: compute only the last `last` positions' logits: the LM head runs on those only (`logits_to_keep`, in every
+          supported version), so reading a long prompt does not pay for a [T, V] product whose rows nobody looks
+          at, as `generate()` does in its prefill; models without `logits_to_keep` slice the full logits.
     Returns logits [B, n, V] (or [B, last, V]) as float32; with hidden=True, (logits, hidden_states) where
     hidden_states is HF's tuple of num_layers + 1 tensors [B, n, H]: [0] = input to the first layer (embeddings),
     [i] = output of layer i, [-1] = output of the last layer AFTER the final norm (what the LM head reads).
@@ -184,7 +190,7 @@ def gather(cache, indices) -> None:
     """Keep only the cached positions `indices` (1D, ascending absolute positions), in every layer."""
     idx = torch.as_tensor(indices, dtype=torch.long).reshape(-1)                         # [k]
     if not bool((idx[1:] > idx[:-1]).all()):
-        raise ValueError(f"gather indices must be strictly ascending, got {idx.tolist()}")
+        raise checks.ArgumentError(f"gather indices must be strictly ascending, got {idx.tolist()}")
     if any(getattr(layer, "is_sliding", False) for layer in getattr(cache, "layers", [])):
         raise NotImplementedError("gather does not support sliding-window cache layers")
     _each_layer(cache, lambda x: x.index_select(-2, idx.to(x.device)), len(idx),           # [B, h, k, d]
@@ -235,18 +241,3 @@ def _keywords(model) -> tuple[bool, str]:
         keywords = _FORWARD_KEYWORDS[type(model)] = (
             "logits_to_keep" in inspect.signature(type(model).forward).parameters, _cache_keyword(model))
     return keywords
-
-
-def forward_last(model, ids: torch.Tensor, cache, n: int) -> torch.Tensor:
-    """forward(model, ids, cache) restricted to the logits of the last `n` positions: [B, n, V] float32.
-
-    The LM head runs on those positions only (`logits_to_keep`, in every supported version, 4.53 to 5.24),
-    so reading a long prompt does not pay for a [T, V] matrix product whose rows nobody looks at: what
-    `generate()` does in its prefill. Models without `logits_to_keep` fall back to slicing `forward`.
-    """
-    keep_ok, cache_keyword = _keywords(model)
-    if not keep_ok:
-        return forward(model, ids, cache)[:, -n:]
-    kwargs = {} if cache is None else {cache_keyword: cache}
-    out = model(input_ids=ids, use_cache=cache is not None, logits_to_keep=n, **kwargs)
-    return out.logits[:, -n:].float()  # [B, n, V]

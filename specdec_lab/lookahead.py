@@ -79,14 +79,14 @@ def jacobi_decode(target, input_ids, n: int, guess=None) -> JacobiResult:
     T = ids.shape[1]
     y = ids[0, -1:].repeat(n) if guess is None else torch.as_tensor(guess, dtype=torch.long, device=ids.device)
     if y.shape != (n,):
-        raise ValueError(f"guess must hold n = {n} token ids, got shape {list(y.shape)}")
+        raise checks.ArgumentError(f"guess must hold n = {n} token ids, got shape {list(y.shape)}")
     cache = lm.new_cache(target)
     if T > 1:
-        lm.forward_last(target, ids[:, :-1], cache, 1)  # the prompt but its last token, once
+        lm.forward(target, ids[:, :-1], cache, last=1)  # the prompt but its last token, once
     trajectory, iterations = [y.tolist()], 0
     while iterations < n:
         x = torch.cat([ids[:, -1:], y[None, :-1]], 1)  # [1, n]: last prompt token, then guesses 0..n-2
-        new = lm.forward_last(target, x, cache, n)[0].argmax(-1)  # [n]
+        new = lm.forward(target, x, cache, last=n)[0].argmax(-1)  # [n]
         lm.keep(cache, T - 1)
         iterations += 1
         if torch.equal(new, y):

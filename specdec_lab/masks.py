@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from specdec_lab import checks
+
 __all__ = ["attention_mask_4d", "custom_masks", "custom_mask_problem", "require_custom_masks"]
 
 
@@ -39,7 +41,8 @@ def attention_mask_4d(mask: torch.Tensor | None, batch: int, past: int, n: int,
     if mask.shape[-1] == n:
         mask = torch.cat([mask.new_ones(*mask.shape[:-1], past), mask], dim=-1)         # [.., n, past+n]
     if mask.shape[-2:] != (n, past + n):
-        raise ValueError(f"mask must be [n, n] or [n, past + n] with n={n}, past={past}, got {list(mask.shape)}")
+        raise checks.ArgumentError(f"mask must be [n, n] or [n, past + n] with n={n}, past={past}, got "
+                                   f"{list(mask.shape)}")
     allowed = mask.expand(batch, n, past + n)[:, None]                                  # [B, 1, n, past+n]
     if window is not None:  # visible keys at this index or later, counted from the right: at most `window`
         allowed = allowed & (allowed.flip(-1).cumsum(-1).flip(-1) <= window)             # [B, 1, n, past+n]

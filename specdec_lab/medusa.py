@@ -24,6 +24,7 @@ beside the loop that fits them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,21 +77,19 @@ class MedusaHeads(nn.Module):
                  draft_vocab: int | None = None):
         super().__init__()
         if num_heads < 1:
-            raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+            raise checks.ArgumentError(f"num_heads must be >= 1, got {num_heads}")
         self.heads = nn.ModuleList(MedusaHead(hidden) for _ in range(num_heads))  # distinct modules, not [m] * K
         self.choices = None  # the tree tuned for these heads, once loaded with one (from_pretrained)
         self.vocab = lm_head.out_features
         # score only the draft vocabulary d2t [Vd] (specdec_lab.vocab; a shared LM head only), or every token
         self.register_buffer("d2t", None if draft_vocab is None else torch.arange(draft_vocab))
         if draft_vocab is not None and not shared_lm_head:
-            raise ValueError("a draft vocabulary reads rows of the target's LM head: use shared_lm_head=True")
+            raise checks.ArgumentError("a draft vocabulary reads rows of the target's LM head: use shared_lm_head=True")
         if shared_lm_head:
             self.lm_heads = None
             object.__setattr__(self, "_lm_head", lm_head)  # not a submodule: not trained, not saved
             lm_head.requires_grad_(False)
         else:
-            import copy
-
             self.lm_heads = nn.ModuleList(copy.deepcopy(lm_head).requires_grad_(True) for _ in range(num_heads))
 
     @property
@@ -201,7 +200,8 @@ class MedusaDrafter(Drafter):
 
     def start(self, target, ids: Tensor) -> None:
         if target.config.hidden_size != self.heads.heads[0].linear.in_features:
-            raise ValueError("these Medusa heads were trained for another target (hidden sizes differ)")
+            raise checks.ArgumentError("these Medusa heads were trained for another target (hidden sizes differ): "
+                                       "train heads for this one (specdec-lab train-heads --target ...)")
         require_custom_masks(target, "Medusa's tree")
         self.h = None
 

@@ -33,7 +33,7 @@ def _token_list(ids) -> list[int]:
         if ids.dim() == 2 and ids.shape[0] == 1:
             ids = ids[0]
         if ids.dim() != 1:
-            raise ValueError(f"ids must be [T] or [1, T] token ids, got shape {list(ids.shape)}")
+            raise checks.ArgumentError(f"ids must be [T] or [1, T] token ids, got shape {list(ids.shape)}")
         return ids.tolist()
     return list(ids)
 
@@ -112,7 +112,7 @@ class NgramPool:
 
     def add(self, ngram: Sequence[int]) -> None:
         if len(ngram) != self.n:
-            raise ValueError(f"the pool stores {self.n}-grams, got {len(ngram)} tokens: {list(ngram)}")
+            raise checks.ArgumentError(f"the pool stores {self.n}-grams, got {len(ngram)} tokens: {list(ngram)}")
         first, rest = int(ngram[0]), tuple(int(t) for t in ngram[1:])
         kept = self.table.setdefault(first, [])
         if rest in kept:

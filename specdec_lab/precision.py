@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from specdec_lab import checks
+
 __all__ = ["PRECISIONS", "cpu_bf16_is_native", "training_dtype", "decoding_dtype", "cpu_name", "autocast"]
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -58,8 +60,8 @@ def training_dtype(device: torch.device | str, precision: str = "auto") -> torch
     precision: "auto" (bf16 where the device does it natively), "fp32", or "bf16" (forced, even if emulated).
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of {PRECISIONS}: use 'auto' to let the hardware "
-                         "decide, 'fp32' for the same numbers on every machine, 'bf16' to force it.")
+        raise checks.ArgumentError(f"precision={precision!r} is not one of {PRECISIONS}: use 'auto' to let the "
+                                   "hardware decide, 'fp32' for the same numbers on every machine, 'bf16' to force it.")
     kind = torch.device(device).type
     if precision == "fp32" or kind not in ("cpu", "cuda"):
         return torch.float32

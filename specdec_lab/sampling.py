@@ -75,7 +75,7 @@ def verify_chain(
     draft = checks.tokens("draft", draft, vocab, p.device)  # [γ]
     gamma = len(draft)
     if p.shape[0] != gamma + 1:
-        raise ValueError(f"p must have γ+1 = {gamma + 1} rows for {gamma} drafts, got shape {list(p.shape)}")
+        raise checks.ArgumentError(f"p must have γ+1 = {gamma + 1} rows for {gamma} drafts, got shape {list(p.shape)}")
     if q is None:
         q = F.one_hot(draft, vocab).float()  # [γ, V]
     else:
@@ -116,7 +116,7 @@ def verify_candidates(
     k = len(cands)
     if q is None:
         if len(set(cands.tolist())) < k:
-            raise ValueError(f"with q=None the candidates must be distinct, got {cands.tolist()}")
+            raise checks.ArgumentError(f"with q=None the candidates must be distinct, got {cands.tolist()}")
         qs = F.one_hot(cands, vocab).float()  # [k, V] round i proposes candidate i for sure
     else:
         q = checks.probs("q", q, shape="[V]", size=p.shape)  # [V]

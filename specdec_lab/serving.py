@@ -10,16 +10,10 @@ B prompts of different lengths decode together. Every step each row drafts its o
 number of drafts. So after a step the rows' texts and caches have grown by different amounts: the batch is
 ragged. Rows that reach EOS or their length budget leave it, and the batch shrinks.
 
-How the caches stay rectangular (`ragged.Ragged`): each model's Hugging Face cache [B, heads, L, d] comes with a
-mask valid [B, L] of the slots that hold the row's text, in order. Everything a row feeds is right-aligned (left
-padding), so a row's last token is in the last column; pads are hidden by the mask, and positions are counted
-per row from the mask, so a pad never moves a token's rotary position. After verification `keep` keeps each
-row's first n_b valid slots (its committed text but the pending token) and packs them to the right again: ONE
-gather per layer, which also drops the rows that left. We chose this over leaving the rejected slots in place as
-holes (no copy, but the cache and the mask grow by γ + 1 slots a step, whatever is accepted) because it keeps
-chapter 03's invariant per row, cache length = committed length - 1, and the cache no longer than the longest
-row. Engines avoid the copy differently: vLLM's paged attention writes each row's K/V into blocks of its own
-and frees the rejected slots in a block table.
+The caches stay rectangular in `ragged.Ragged`, whose docstring says how: left padding, a mask of valid slots, and
+one gather per layer as the rollback, which keeps chapter 03's invariant per row (cache length =
+committed length - 1). vLLM avoids that copy with paged attention: each row's K/V in blocks of its own, rejected
+slots freed in a block table.
 
 Chain drafters only (what vLLM and SGLang batch too), through the drafter protocol's batch members
 (`drafters.Drafter`: start_batch, propose_batch, commit_batch): the draft model (`DraftModelDrafter` with a chain)
@@ -100,7 +94,7 @@ def _prompts(target, prompts, max_new_tokens) -> list[list[int]]:
         prompts = list(prompts)
     if isinstance(prompts, (str, Tensor)) or not isinstance(prompts, Sequence) or not len(prompts):
         raise checks.ArgumentError(f"prompts must be a non-empty list of prompts (each a list of token ids or a "
-                                   f"[T] tensor), got {checks._show(prompts)}: for one prompt use generate(), or "
+                                   f"[T] tensor), got {checks.show(prompts)}: for one prompt use generate(), or "
                                    "pass [tok(text).input_ids for text in texts]")
     vocab, context = target.config.get_text_config().vocab_size, lm.context_length(target)
     return [checks.prompt(p, max_new_tokens, vocab, context, "cpu")[0][0].tolist() for p in prompts]
@@ -122,7 +116,7 @@ def generate_batch(target, prompts, drafter=None, max_new_tokens: int = 64, temp
     drafter = checks.drafter(drafter) or NoDraft()
     lacks = [m for m in ("gamma", "start_batch", "propose_batch", "commit_batch") if not hasattr(drafter, m)]
     if lacks:
-        raise checks.ArgumentError(f"{checks._show(drafter)} lacks the batch members {', '.join(lacks)}: subclass "
+        raise checks.ArgumentError(f"{checks.show(drafter)} lacks the batch members {', '.join(lacks)}: subclass "
                                    "specdec_lab.drafters.Drafter (a drafter that writes only propose batches as is)")
     warp, eos = Warp(temperature, top_k, top_p, generator), checks.eos_ids(eos_token_id)
     out = BatchGeneration([Generation(tokens=[], target_calls=0) for _ in texts], 0, 0.0, [0.0] * len(texts))

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from specdec_lab import lm, vocab
 from specdec_lab.precision import autocast
@@ -131,8 +132,6 @@ def fit(module: nn.Module, loss_fn: Callable[[Tensor, torch.Generator], tuple[Te
     SAVE_EVERY seconds and when the run stops; a run that finds it resumes from it (its step count included)
     and deletes it when done. deadline: a time.monotonic() after which the run stops early, saving the checkpoint.
     """
-    from tqdm.auto import tqdm
-
     steps, batch, lr = recipe.steps, recipe.batch, recipe.lr
     g = torch.Generator().manual_seed(recipe.seed)
     params = [p for p in module.parameters() if p.requires_grad]
@@ -303,7 +302,7 @@ def unroll(net: nn.Module, feature: Tensor, tokens: Tensor, steps: int) -> list[
     """
     T = feature.shape[1]
     positions = torch.arange(T)
-    cache, outs = lm.new_cache(), []  # the draft's one-layer cache (eagle.KVCache)
+    cache, outs = lm.new_cache(), []  # the draft's one-layer cache
     for i in range(steps):
         if i:  # shift right by one: position p reads the output at p - 1 (position 0 gets a zero feature)
             feature = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], 1)  # [B, T, H]

@@ -53,13 +53,13 @@ class DraftTree:
 
     def __post_init__(self):
         if len(self.tokens) != len(self.parents):
-            raise ValueError(f"a tree needs one parent per token, got {len(self.tokens)} tokens and "
-                             f"{len(self.parents)} parents")
+            raise checks.ArgumentError(f"a tree needs one parent per token, got {len(self.tokens)} tokens and "
+                                       f"{len(self.parents)} parents")
         for i, parent in enumerate(self.parents):
             if not -1 <= parent < i:
-                raise ValueError(f"node {i} has parent {parent}: parents must be -1 or an earlier node")
+                raise checks.ArgumentError(f"node {i} has parent {parent}: parents must be -1 or an earlier node")
         if self.q is not None and (self.q.dim() != 2 or self.q.shape[0] != len(self.tokens)):
-            raise ValueError(f"q must be [n, V] with n = {len(self.tokens)} nodes, got {list(self.q.shape)}")
+            raise checks.ArgumentError(f"q must be [n, V] with n = {len(self.tokens)} nodes, got {list(self.q.shape)}")
 
     @classmethod
     def chain(cls, tokens: Sequence[int], q: Tensor | None = None) -> DraftTree:
@@ -244,8 +244,8 @@ def choices_parents(choices: Sequence[Sequence[int]]) -> list[int]:
     for i, c in enumerate(choices):
         c = tuple(c)
         if not c or c in index or c[:-1] not in index:
-            raise ValueError(f"choice {i} {c!r}: every choice must be a new, non-empty path whose prefix "
-                             f"{c[:-1]!r} appears earlier; sort choices by (len, path)")
+            raise checks.ArgumentError(f"choice {i} {c!r}: every choice must be a new, non-empty path whose prefix "
+                                       f"{c[:-1]!r} appears earlier; sort choices by (len, path)")
         parents.append(index[c[:-1]])
         index[c] = i
     return parents
@@ -307,8 +307,8 @@ def verify_tree_sampling(tree: DraftTree, p: Tensor, generator: torch.Generator 
             return path, int(torch.multinomial(p[row], 1, generator=generator))  # bonus token
         q = None if tree.q is None else tree.q[kids[row][0]]  # [V] the siblings' shared proposal
         if q is not None and not all(torch.equal(tree.q[c], q) for c in kids[row][1:]):
-            raise ValueError(f"the children of node {row - 1} have different q rows: sampled siblings must be "
-                             "drawn i.i.d. from one distribution (or q=None for deterministic picks)")
+            raise checks.ArgumentError(f"the children of node {row - 1} have different q rows: sampled siblings must "
+                                       "be drawn i.i.d. from one distribution (or q=None for deterministic picks)")
         index, token = verify_candidates(p[row], [tree.tokens[c] for c in kids[row]], q, generator)
         if index is None:
             return path, token  # every child rejected: the residual's draw ends this pass

@@ -5,10 +5,12 @@ import json
 import pytest
 import torch
 
-from specdec_lab import DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, bench, lineup, report, zoo
+from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, bench, lineup, report,
+                         train_heads, zoo)
 from specdec_lab.__main__ import main
 from specdec_lab.engines import sglang_flags
 from specdec_lab.lineup import engine_settings
+from specdec_lab.measure import ForwardTimer
 from specdec_lab.prompts import CATEGORIES as SUITE
 from specdec_lab.prompts import load_prompts
 
@@ -45,8 +47,6 @@ def test_limit_and_efficiency_come_from_the_forwards_of_the_same_run(results):
 
 
 def test_forward_timer_counts_outermost_calls_once(pair):
-    from specdec_lab.measure import ForwardTimer
-
     target, draft, _ = pair
     head = target.get_output_embeddings()
     ids = torch.tensor([[1, 2, 3]])
@@ -113,8 +113,6 @@ def test_methods_without_heads_say_how_to_train_them(pair):
 
 
 def test_the_zoo_target_finds_its_shipped_heads_and_no_other_does(pair, tmp_path, monkeypatch):
-    from specdec_lab import train_heads
-
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no heads trained by the user
     target, draft, _ = pair
     assert sorted(train_heads.find(target)) == ["eagle1", "eagle3", "medusa"]
@@ -200,142 +198,3 @@ def test_engine_settings(pair):
     assert set(engine_settings(None).values()) == {"leave speculative decoding off"}
     with pytest.raises(TypeError, match="no engine mapping"):
         engine_settings(object())
-
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
-
-
-def _saved(name: str) -> dict:
-    return json.loads((ROOT / "results" / f"{name}.json").read_text())
-
-
-def _greedy(run: dict) -> dict:
-    """{method: its greedy row over all prompts} of a saved showdown."""
-    return {r["method"]: r for r in run["results"] if r["category"] == "all" and r["temperature"] == 0}
-
-
-def _page(path: str) -> str:
-    """A page's text with its wrapped lines and continued commands joined, so a sentence reads as one line."""
-    return " ".join((ROOT / path).read_text(encoding="utf-8").replace("\\\n", " ").split())
-
-
-def test_leaderboards_are_the_committed_runs():
-    """The README's short leaderboard and the leaderboards page show the committed results of `specdec-lab bench`,
-    which were exact; each page names the command that made the file (tests/test_docs.py regenerates the tables)."""
-    data = _saved("showdown-tiny-cpu")
-    assert data["meta"]["pair"] == "tiny" and data["meta"]["prompts"] == 52 and data["meta"]["threads"] == 1
-    greedy = [r for r in data["results"] if r["temperature"] == 0 and r["category"] == "all"]
-    assert len(greedy) == 15 and all(r["identical"] == 52 for r in greedy)
-    assert sum(r["method"].endswith("(auto)") for r in greedy) == 4
-    readme, page = _page("README.md"), _page("docs/leaderboards.md")
-    command = "specdec-lab bench --auto --threads 1 --json results/showdown-tiny-cpu.json"
-    assert "<!-- generated: summary results/showdown-tiny-cpu.json -->" in readme and command in readme
-    assert "<!-- generated: leaderboard results/showdown-tiny-cpu.json -->" in page and command in page
-    with open(ROOT / "results" / "showdown-tiny-cpu.csv", newline="") as f:
-        assert len(list(csv.DictReader(f))) == len(data["results"])
-    two = _saved("showdown-tiny-cpu-2threads")
-    assert two["meta"]["threads"] == 2 and two["meta"]["prompts"] == 52
-    assert all(r["identical"] == 52 for r in _greedy(two).values())
-    assert "<!-- generated: leaderboard results/showdown-tiny-cpu-2threads.json -->" in page
-    assert "specdec-lab bench --auto --threads 2 --json results/showdown-tiny-cpu-2threads.json" in page
-
-
-def test_what_the_leaderboards_page_says_of_the_shipped_pair_is_what_the_files_hold():
-    """The sentences of docs/leaderboards.md on the shipped pair: the order at one thread, what a second thread
-    does, half precision's ties and its Medusa rows, and the batch of 8."""
-    page = _page("docs/leaderboards.md")
-    one, two = _greedy(_saved("showdown-tiny-cpu")), _greedy(_saved("showdown-tiny-cpu-2threads"))
-    speed = {m: r["speedup"] for m, r in one.items()}
-    assert max(speed, key=speed.get) == "prompt lookup (10, 3)", "the page says prompt lookup is the fastest"
-    drafting = {m: v for m, v in speed.items() if m.startswith(("draft model", "Medusa", "EAGLE"))}
-    assert max(drafting, key=drafting.get) == "EAGLE-1, chain γ=4", "and EAGLE-1's chain of those with a model"
-    taus = sorted(one, key=lambda m: one[m]["tau"])[-2:]
-    assert set(taus) == {"EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree"}, "the default trees keep the most tokens"
-    for version in (2, 3):
-        tuned = next(m for m in one if m.startswith(f"EAGLE-{version}, tree") and m.endswith("(auto)"))
-        assert speed[tuned] > speed[f"EAGLE-{version}, dynamic tree"], "the tuned trees are faster"
-    assert speed["Medusa, 24-node tree"] < 1
-    rates = (f"({two['target only']['tokens_per_s']:.1f} tokens/s here, {one['target only']['tokens_per_s']:.1f} "
-             "at one thread)")
-    assert rates in page, rates
-    assert all(two[m]["speedup"] > one[m]["speedup"] for m in two.keys() & one.keys() if m != "target only"), (
-        "the page says every method gains more at two threads")
-    half = {dtype: _greedy(_saved(f"showdown-tiny-cpu-{dtype}")) for dtype in ("bfloat16", "float16")}
-    assert all(r["bugs"] == 0 for rows in half.values() for r in rows.values()), "the page says no mismatch is a bug"
-    medusa = f"(τ {half['bfloat16']['Medusa, 24-node tree']['tau']:.2f} in bfloat16, against " \
-             f"{one['Medusa, 24-node tree']['tau']:.2f} in fp32"
-    assert medusa in page, medusa
-    batch = _saved("batch8-tiny-cpu")
-    rows = [r for r in batch["results"] if r["temperature"] == 0 and r["batch"] == 8 and r["method"] != "target only"]
-    assert rows and all(r["speedup"] < 1 and r["identical"] == r["prompts"] for r in rows)
-    assert "<!-- generated: batch results/batch8-tiny-cpu.json -->" in page
-    assert "specdec-lab bench --batch 8 --threads 1 --json results/batch8-tiny-cpu.json" in page
-
-
-def test_leaderboard_of_the_real_model_is_the_committed_run():
-    """The leaderboards page's table for SmolLM2-135M-Instruct comes from the committed `bench --target` run, which
-    was exact: every greedy output equal to plain decoding's in the same precision, or parted from it at a tie (bf16)."""
-    data = _saved("showdown-smollm2-135m-instruct-cpu")
-    assert data["meta"]["pair"] == "smollm2-135m-instruct"
-    greedy = [r for r in data["results"] if r["temperature"] == 0 and r["category"] == "all"]
-    assert {"EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree"} <= {r["method"] for r in greedy}
-    ran = [r for r in greedy if not r["skipped"]]
-    assert all(r["prompts"] == data["meta"]["prompts"] and r["bugs"] == 0 for r in ran)
-    if data["meta"]["dtype"] == "float32":  # exact: no ties either
-        assert all(r["identical"] == r["prompts"] for r in ran)
-    page = _page("docs/leaderboards.md")
-    assert "<!-- generated: leaderboard results/showdown-smollm2-135m-instruct-cpu.json -->" in page
-    assert "--json results/showdown-smollm2-135m-instruct-cpu.json" in page
-
-
-def test_figures_of_the_cpu_roofline_are_the_committed_run():
-    """The leaderboards page's v(n) ranges and step times for the real model come from `tools/cpu_roofline.py`'s
-    saved run."""
-    run = _saved("roofline-cpu")
-    page = _page("docs/leaderboards.md")
-
-    def v_range(dtype):  # the pass over 2 to 11 tokens, in steps, over both thread counts
-        vs = [v for t in run["threads"].values() for n, v in t["dtypes"][dtype]["v"].items() if 1 < int(n) <= 11]
-        return f"{min(vs):.2f}-{max(vs):.2f}"
-
-    two = run["threads"]["2"]["dtypes"]
-    assert f"{v_range('bfloat16')} steps in bf16, against {v_range('float32')} in fp32" in page
-    assert f"({two['bfloat16']['step_ms']:.1f} against {two['float32']['step_ms']:.1f} ms at two threads" in page
-
-
-def test_figures_of_the_real_model_at_one_thread_on_amd_and_under_avx2_are_the_committed_runs():
-    """The leaderboards page shows the committed greedy runs at one thread, on an AMD EPYC and with the math libraries
-    held to AVX2 (a simulation, in fp32), and its sentences on them quote those files: the order they measured, AMD's
-    rates and rounds, and the AVX2 run's pass costs."""
-    page = _page("docs/leaderboards.md")
-    tree = "EAGLE-2, dynamic tree of 6, depth 3"
-    intel = _greedy(_saved("showdown-smollm2-135m-instruct-cpu"))
-    for name in ("1thread", "amd", "avx2sim"):
-        file = f"results/showdown-smollm2-135m-instruct-cpu-{name}.json"
-        run = json.loads((ROOT / file).read_text())
-        assert all(r["bugs"] == 0 for r in run["results"] if not r["skipped"]), file
-        assert f"<!-- generated: leaderboard {file} -->" in page and f"--json {file}" in page
-        greedy = _greedy(run)
-        if name == "1thread":
-            assert run["meta"]["threads"] == 1 and run["meta"]["dtype"] == "bfloat16"
-        elif name == "amd":
-            assert run["meta"]["cpu"] == "AMD EPYC (native bf16)" and run["meta"]["dtype"] == "bfloat16"
-            rates = f"({greedy['target only']['tokens_per_s']:.1f} against {intel['target only']['tokens_per_s']:.1f} tokens/s)"
-            rounds = f"({greedy[tree]['tau'] / greedy[tree]['limit']:.2f} steps against {intel[tree]['tau'] / intel[tree]['limit']:.2f}"
-            assert rates in page and rounds in page, (rates, rounds)
-            assert greedy[tree]["speedup"] < intel[tree]["speedup"], "the page says the same drafts buy less there"
-        else:
-            assert run["meta"]["dtype"] == "float32" and "simulated: ONEDNN_MAX_CPU_ISA=AVX2" in run["meta"]["cpu"]
-            assert all(r["speedup"] < 1 and r["identical"] == r["prompts"] for m, r in greedy.items()
-                       if m != "target only"), "the page says every method is slower there, and every output identical"
-    speed = {m: r["speedup"] for m, r in intel.items() if not r["skipped"]}
-    assert max(speed, key=speed.get) == tree, "the page says the 6-node tree is the fastest"
-    assert max(intel, key=lambda n: intel[n]["tau"] or 0) == "EAGLE-2, dynamic tree", "and the 24-node tree's τ"
-    by = {(r["method"], r["category"]): r["speedup"] for r in _saved("showdown-smollm2-135m-instruct-cpu")["results"]
-          if r["temperature"] == 0}
-    for lookup in ("prompt lookup (10, 3)", "HF prompt lookup, 10"):
-        assert max(("chat", "code", "rewrite"), key=lambda c: by[lookup, c]) == "rewrite", "lookups gain most on rewrites"
-    sim = _saved("roofline-cpu-avx2sim")
-    assert "simulated: ONEDNN_MAX_CPU_ISA=AVX2" in sim["cpu"] and sim["decoding_dtype"] == "torch.float32"
-    vs = [v for t in sim["threads"].values() for n, v in t["dtypes"]["float32"]["v"].items() if 1 < int(n) <= 5]
-    assert f"pass over 2 to 5 tokens cost {min(vs):.2f}-{max(vs):.2f} steps at one or two threads" in page

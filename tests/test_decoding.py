@@ -15,11 +15,12 @@ import pytest
 import torch
 from helpers import P_MIN, RUNS, VOCAB, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
-from specdec_lab import DraftModelDrafter, Generation, generate, lm, measure, sampling, zoo
+from specdec_lab import DraftModelDrafter, Generation, bench, generate, lineup, lm, measure, report, sampling, viz, zoo
 from specdec_lab.decoding import generate_naive
 from specdec_lab.sampling import Warp
 from specdec_lab.draft_models import early_exit_model, fake_quantize, fake_quantized_model
 from specdec_lab.drafters import Drafter
+from specdec_lab.prompts import load_prompts
 from specdec_lab.sampling import verify_chain
 from specdec_lab.tree import DraftTree, verify_tree
 
@@ -329,8 +330,6 @@ ZOO = (zoo.EMBEDDED["tiny"] / "target" / "model.safetensors").exists()
 
 @pytest.mark.skipif(not ZOO, reason="the embedded zoo pair is not trained yet (run `specdec-lab train-zoo`)")
 def test_zoo_greedy_identity_on_suite_prompts():
-    from specdec_lab.prompts import load_prompts
-
     target, draft, tok = zoo.load_pair("tiny", device="cpu")
     prompts = load_prompts()
     for p in prompts[::9]:  # 6 prompts spread over the three categories; the notebook runs all 52
@@ -345,8 +344,6 @@ def test_zoo_greedy_identity_on_suite_prompts():
 
 
 def test_bench_rows_agree(pair):
-    from specdec_lab import bench, lineup, report
-
     target, noisy, _ = pair
     prompts = [prompt_ids(s) for s in range(2)]
     methods = lineup.draft_methods(target, noisy, max_new_tokens=12, gamma=3, naive=True)
@@ -359,8 +356,6 @@ def test_bench_rows_agree(pair):
 
 
 def test_acceptance_view(pair):
-    from specdec_lab import viz
-
     gen = Generation(tokens=[1, 2, 3, 4, 5, 6], target_calls=3, accept_lengths=[2, 0, 3], draft_lengths=[2, 3, 3])
     assert viz.acceptance_kinds(gen) == ["accepted", "accepted", "bonus", "corrected", "accepted", "accepted"]
 
@@ -372,11 +367,11 @@ def test_acceptance_view(pair):
     assert 'title="bonus"' in viz.acceptance_html(Tok(), gen, prompt="a")
 
 
-def test_forward_last_matches_forward(pair):
+def test_forward_of_the_last_positions_matches_forward(pair):
     target = pair[0]
     ids = prompt_ids(14, n=12)
     full = lm.forward(target, ids)  # [1, 12, V]
     cache = lm.new_cache(target)
-    torch.testing.assert_close(lm.forward_last(target, ids[:, :9], cache, 2), full[:, 7:9], atol=1e-5, rtol=1e-4)
-    assert lm.cache_len(cache) == 9, "forward_last extends the cache by every fed token"
-    torch.testing.assert_close(lm.forward_last(target, ids[:, 9:], cache, 3), full[:, 9:], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(lm.forward(target, ids[:, :9], cache, last=2), full[:, 7:9], atol=1e-5, rtol=1e-4)
+    assert lm.cache_len(cache) == 9, "forward(..., last=n) extends the cache by every fed token"
+    torch.testing.assert_close(lm.forward(target, ids[:, 9:], cache, last=3), full[:, 9:], atol=1e-5, rtol=1e-4)

@@ -6,11 +6,14 @@ import pytest
 import torch
 from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tiny_llama
 
-from specdec_lab import EagleDrafter, generate, lm, measure, zoo
+from specdec_lab import EagleDrafter, MedusaDrafter, generate, lm, measure, zoo
+from specdec_lab.eagle import EAGLE_DIR, DraftLayer, EagleNet, expand_step, select_nodes
+from specdec_lab.medusa import MEDUSA_DIR
+from specdec_lab.prompts import load_prompts
 from specdec_lab.sampling import Warp
-from specdec_lab.eagle import EAGLE_DIR, DraftLayer, EagleNet, KVCache, expand_step, select_nodes
-from specdec_lab.training import cache_states, eagle_accuracy, eagle_loss, train_eagle_net, ttt_mask, unroll
-from specdec_lab.tree import tree_depths
+from specdec_lab.training import (_features, cache_states, eagle_accuracy, eagle_loss, train_eagle_net, ttt_mask,
+                                  unroll)
+from specdec_lab.tree import DraftTree, tree_depths
 
 ZOO = all((EAGLE_DIR / f"eagle{v}" / "eagle.safetensors").exists() for v in (1, 3))
 
@@ -38,7 +41,7 @@ def test_layer_with_cache_equals_one_causal_pass():
     layer = DraftLayer(32, 4, 64)
     x = torch.randn(2, 7, 32)
     full = layer(x, torch.arange(7))  # [2, 7, 32] causal
-    cache = KVCache()
+    cache = lm.new_cache()
     first = layer(x[:, :4], torch.arange(4), None, cache)
     rest = layer(x[:, 4:], torch.arange(4, 7), None, cache)
     torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-5, rtol=1e-5)
@@ -76,7 +79,7 @@ def test_unroll_step_equals_drafting_from_own_output(target, version):
     outs = unroll(net, f, tokens, 3)
     for i, p in [(1, 5), (2, 6), (2, 2)]:
         r = p - i  # the last true position
-        cache = KVCache()
+        cache = lm.new_cache()
         o = net(f[:, : r + 1], tokens[:, : r + 1], torch.arange(r + 1), None, cache)[:, -1:]  # [1, 1, H]
         for j in range(1, i + 1):  # drafted pairs: the previous output, the next token
             o = net(o, tokens[:, r + j: r + j + 1], torch.tensor([r + j]), None, cache)
@@ -85,8 +88,6 @@ def test_unroll_step_equals_drafting_from_own_output(target, version):
 
 def test_cached_states_give_the_live_features():
     """Training reads features from cache_states; drafting from generate()'s hidden states: the same thing."""
-    from specdec_lab.training import _features
-
     deep = tiny_llama(layers=8, seed=8)
     x = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(8))
     _, hidden = lm.forward(deep, x, hidden=True)
@@ -183,7 +184,7 @@ def test_draft_cache_holds_only_true_pairs(target):
         def commit(self, ids_, accepted, path, hidden):
             super().commit(ids_, accepted, path, hidden)
             _, states = lm.forward(target, ids_[:, :-1], hidden=True)  # the target's states, recomputed
-            fresh = KVCache()
+            fresh = lm.new_cache()
             f = net.true_feature([h[0] for h in states])[None]  # [1, T-1, H]
             net(f, ids_[:, 1:], torch.arange(ids_.shape[1] - 1), None, fresh)
             assert lm.cache_len(self.cache) == self.n_true == ids_.shape[1] - 1
@@ -205,7 +206,6 @@ def test_perfect_draft_accepts_everything(target):
             if self.root is None or limit < 1:
                 return tree
             done = ids_.shape[1] - ids.shape[1]
-            from specdec_lab.tree import DraftTree
             return DraftTree.chain(future[done: done + min(3, limit)])
 
     gen = generate(target, ids, Oracle(_net(target, 1)), max_new_tokens=30)
@@ -282,10 +282,6 @@ def test_bad_input_errors(target, tmp_path):
 
 @pytest.mark.skipif(not ZOO, reason="EAGLE drafts not trained yet (`specdec-lab train-zoo --stage eagle`)")
 def test_zoo_eagle_greedy_identity_and_eagle2_beats_medusa():
-    from specdec_lab import MedusaDrafter
-    from specdec_lab.medusa import MEDUSA_DIR
-    from specdec_lab.prompts import load_prompts
-
     target, _, tok = zoo.load_pair("tiny")
     drafters = {"EAGLE-1": EagleDrafter.from_zoo(target, 1), "EAGLE-2": EagleDrafter.from_zoo(target, 1, dynamic=True),
                 "EAGLE-3": EagleDrafter.from_zoo(target, 3, dynamic=True)}

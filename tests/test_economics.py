@@ -7,10 +7,14 @@ Notebook 02 prints the same tables (sections 1 to 4).
 
 import math
 import random
+from pathlib import Path
 
+import matplotlib
+import nbformat
 import pytest
 
 from specdec_lab import economics
+from specdec_lab.checks import ArgumentError
 from specdec_lab.economics import (QWEN25_7B_ON_H100, Roofline, alpha_from_tau, expected_tokens,
                                    expected_tokens_by_depth, optimal_gamma, speedup)
 
@@ -170,24 +174,26 @@ def test_alpha_from_tau_inverts_expected_tokens():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: expected_tokens(1.2, 4), r"alpha .* in \[0, 1\]; got 1.2"),
-    (lambda: expected_tokens(-0.1, 4), r"alpha .* in \[0, 1\]; got -0.1"),
-    (lambda: expected_tokens(float("nan"), 4), r"alpha .* in \[0, 1\]; got nan"),
+    (lambda: expected_tokens(1.2, 4), r"alpha must be a probability of acceptance, a number in \[0, 1\], got 1.2"),
+    (lambda: expected_tokens(-0.1, 4), r"alpha .* in \[0, 1\], got -0.1"),
+    (lambda: expected_tokens(float("nan"), 4), r"alpha .* in \[0, 1\], got nan"),
     (lambda: expected_tokens("0.8", 4), r"alpha .* got '0.8'"),
-    (lambda: expected_tokens(0.8, -1), r"gamma .* int >= 0; got -1"),
-    (lambda: expected_tokens(0.8, 2.5), r"gamma .* int >= 0; got 2.5"),
+    (lambda: expected_tokens(0.8, -1), r"gamma \(tokens drafted per round\) must be an int >= 0, got -1"),
+    (lambda: expected_tokens(0.8, 2.5), r"gamma .* int >= 0, got 2.5"),
     (lambda: expected_tokens_by_depth([0.9, 1.5]), r"alpha .* got 1.5"),
-    (lambda: speedup(0.8, 4, -0.05), r"c \(cost of one draft token.*\) must be a number >= 0; got -0.05"),
-    (lambda: speedup(0.8, 4, 0.05, verify_cost=0), r"verify_cost .* must be > 0; got 0"),
+    (lambda: speedup(0.8, 4, -0.05), r"c \(cost of one draft token.*\) must be a number >= 0, got -0.05"),
+    (lambda: speedup(0.8, 4, 0.05, verify_cost=0), r"verify_cost .* must be > 0 .*, got 0"),
     (lambda: speedup(0.8, -2, 0.05), r"gamma .* got -2"),
     (lambda: optimal_gamma(1.5, 0.05), r"alpha .* got 1.5"),
     (lambda: optimal_gamma(0.8, -1), r"c \(cost .* got -1"),
-    (lambda: optimal_gamma(0.8, 0.05, max_gamma=0), r"max_gamma must be >= 1; got 0"),
-    (lambda: alpha_from_tau(6.0, 4), r"τ lies in \[1, γ\+1\] = \[1, 5\]; got 6.0"),
+    (lambda: optimal_gamma(0.8, 0.05, max_gamma=0), r"max_gamma \(the longest draft to try\) .* int >= 1, got 0"),
+    (lambda: alpha_from_tau(6.0, 4), r"tau .* must be in \[1, γ\+1\] = \[1, 5\], got 6.0"),
     (lambda: QWEN25_7B_ON_H100.verify_cost(-1), r"gamma .* got -1"),
+    (lambda: economics.tree_speedup([2, 1], 0.8, 0.05, s=-1), r"s \(extra cost of one verified node.*, got -1"),
 ])
 def test_errors_say_what_is_wrong(call, match):
-    with pytest.raises(ValueError, match=match):
+    """Every bad argument raises checks.ArgumentError (a ValueError and a TypeError), naming it and its value."""
+    with pytest.raises(ArgumentError, match=match):
         call()
 
 
@@ -201,11 +207,6 @@ def test_public_api():
 
 def test_notebook_derivations_agree_with_the_library(capsys):
     """Run notebooks/02's derivation cells (sections 1 to 4, no plots) and compare what they define."""
-    from pathlib import Path
-
-    import matplotlib
-    import nbformat
-
     matplotlib.use("Agg")
     nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "02_speedup_economics.ipynb", as_version=4)
     end = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## 5."))

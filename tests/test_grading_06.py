@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from specdec_lab import grading
-from specdec_lab.eagle import KVCache, expand_step
+from specdec_lab import grading, lm
+from specdec_lab.eagle import expand_step
 from specdec_lab.training import ttt_mask, unroll
 
 
@@ -29,7 +29,7 @@ def _expand(cumulative=True, per_parent=False):
 def _unroll(shift=True, shared_cache=True, true_features=False):
     def ttt_unroll(net, feature, tokens, steps):
         T = feature.shape[1]
-        cache, outs, first = KVCache(), [], feature
+        cache, outs, first = lm.new_cache(), [], feature
         for i in range(steps):
             if i:
                 prev = first if true_features else outs[-1]

@@ -13,11 +13,12 @@ import pytest
 import torch
 from helpers import P_MIN, exact_joint, noisy_copy, pooled_chi_square, prompt_ids, tiny_llama
 
-from specdec_lab import DraftModelDrafter, EagleDrafter, PromptLookupDrafter, generate, lm, zoo
+from specdec_lab import DraftModelDrafter, EagleDrafter, PromptLookupDrafter, generate, lm, sampling, zoo
+from specdec_lab.bench import suite_prompts
 from specdec_lab.checks import ArgumentError
-from specdec_lab.sampling import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.ragged import Ragged
+from specdec_lab.sampling import Warp
 from specdec_lab.serving import generate_batch, switch_off_policy
 from specdec_lab.tree import DraftTree
 
@@ -51,13 +52,24 @@ def test_ragged_rows_match_single_forwards(pair):
 
 
 class Echo(Drafter):
-    """A stateless drafter of the learner's kind (it writes only propose): it guesses the text's last two tokens
-    again. It batches through Drafter's default batch members."""
+    """A stateless drafter of the learner's kind (it writes only propose), batched by Drafter's default batch
+    members. It drafts the target's own next two greedy tokens, spoiling the first (texts of length 3k + 2) or the
+    second (3k + 1), so rows accept both drafts, one or none, at different steps."""
 
     gamma = 2
 
+    def __init__(self, target):
+        self.target = target
+
     def propose(self, ids, warp, limit):
-        return DraftTree.chain(ids[0, -min(limit, 2):].tolist() if limit > 0 else [])
+        n = min(limit, 2)
+        if n <= 0:
+            return DraftTree.chain([])
+        tokens = generate(self.target, ids, max_new_tokens=n).tokens  # the target's greedy continuation
+        spoil = {0: None, 1: n - 1, 2: 0}[ids.shape[1] % 3]
+        if spoil is not None:
+            tokens[spoil] = (tokens[spoil] + 1) % self.target.config.vocab_size
+        return DraftTree.chain(tokens)
 
 
 @pytest.mark.parametrize("make", ["plain", "draft", "draft-gamma-list", "lookup", "policy", "stateless"])
@@ -71,7 +83,7 @@ def test_random_models_greedy_identity_with_eos(pair, make):
                       "draft-gamma-list": (DraftModelDrafter(noisy, 4), [0, 1, 2, 3, 4, 6]),
                       "lookup": (PromptLookupDrafter(5, 2), None),
                       "policy": (DraftModelDrafter(noisy, 3), switch_off_policy(max_batch=3)),
-                      "stateless": (Echo(), None)}[make]
+                      "stateless": (Echo(target), None)}[make]
     out = generate_batch(target, prompts, drafter, max_new_tokens=30, eos_token_id=eos, gamma=gamma)
     assert out.tokens == refs, f"{make}: a row differs from its own greedy decoding"
     assert any(len(r) < 30 for r in refs) and any(len(r) == 30 for r in refs), "some rows should stop at EOS"
@@ -80,13 +92,14 @@ def test_random_models_greedy_identity_with_eos(pair, make):
         assert max(out.rows[5].draft_lengths) == 6
     if make == "policy":  # speculation stays off while more than 3 rows are active, then comes on
         assert out.rows[0].draft_lengths[0] == 0 and max(max(g.draft_lengths) for g in out.rows) == 3
+    if make == "stateless":  # every path of the commit: both drafts kept, one, none
+        kept = [a for g in out.rows for a in g.accept_lengths]
+        assert {0, 1, 2} <= set(kept), kept
     assert out.steps == max(g.target_calls for g in out.rows)
 
 
 @pytest.mark.parametrize("method", ["plain", "draft", "eagle1", "lookup"])
 def test_zoo_suite_greedy_identity_batch_13(method):
-    from specdec_lab.bench import suite_prompts
-
     target, draft, tok = zoo.load_pair("tiny", device="cpu")
     prompts = [p[0].tolist() for p in suite_prompts(tok)]
     refs = _zoo_references(target, prompts, tok.eos_token_id)
@@ -143,8 +156,6 @@ def test_batched_sampling_matches_target_distribution(small_vocab_pair, settings
 
 def test_batched_sampling_test_catches_a_biased_verifier(small_vocab_pair, monkeypatch):
     """The test has power here too: replacing rejected drafts from p instead of the residual fails it."""
-    from specdec_lab import sampling
-
     target, draft = small_vocab_pair
     monkeypatch.setattr(sampling, "_residual", lambda p, q: p)
     g, counts = torch.Generator().manual_seed(7), torch.zeros(512)
@@ -195,7 +206,7 @@ def test_bad_input_errors(pair):
             def start(self, target, ids):
                 self.steps = 0
 
-        generate_batch(target, ok, Counting())
+        generate_batch(target, ok, Counting(target))
     with pytest.raises(ArgumentError, match="lacks the batch members"):  # the protocol's four, duck-typed
 
         class Duck:

@@ -1,24 +1,51 @@
 """Chapter 04's model of tree drafting (economics.tree_*) and its explorer (widgets.tree_*)."""
+import ast
 import math
+import random
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import nbformat  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from helpers import noisy_copy, prompt_ids, tiny_llama  # noqa: E402
 
-from specdec_lab import economics, measure, tree, widgets  # noqa: E402
+from specdec_lab import DraftModelDrafter, economics, grading, measure, tree, widgets  # noqa: E402
+from specdec_lab.checks import ArgumentError  # noqa: E402
 from specdec_lab.economics import level_hit_rates, tree_expected_tokens, tree_nodes, tree_speedup  # noqa: E402
+from specdec_lab.sampling import Warp, residual  # noqa: E402
 
 SHAPES = [[1], [1, 1, 1, 1], [2, 2, 1, 1], [3, 3, 2], [3, 2, 1], [4, 2], [1, 3, 1, 2]]
 
 
+def test_tree_nodes_is_the_size_of_the_tree_the_builder_grows():
+    """The formula Σ_l Π_{j≤l} b_j against tree.branching_parents, which grows the tree level by level, on every
+    shape of at most 40 nodes (up to 8 levels, up to 4 children per node)."""
+    shapes = tree.branchings(40)
+    assert len(shapes) > 100
+    for branching in shapes:
+        assert tree_nodes(branching) == len(tree.branching_parents(branching)), branching
+
+
 @pytest.mark.parametrize("branching", SHAPES, ids=str)
-def test_tree_nodes_counts_the_full_tree(branching):
-    assert tree_nodes(branching) == tree.count_nodes(branching) == len(tree.branching_parents(branching))
+def test_tree_nodes_counts_what_a_drafter_proposes(pair, branching):
+    """A draft model given this branching proposes a tree of tree_nodes(branching) nodes, Π_{j≤l} b_j on level l,
+    greedy (top-b picks) and sampled (b draws per node) alike."""
+    target, draft = pair
+    widths = [math.prod(branching[: level + 1]) for level in range(len(branching))]
+    for warp in (Warp(), Warp(temperature=1.0, generator=torch.Generator().manual_seed(0))):
+        drafter = DraftModelDrafter(draft, branching=branching)
+        ids = prompt_ids(3)
+        drafter.start(target, ids)
+        with torch.no_grad():
+            proposed = drafter.propose(ids, warp, limit=len(branching))
+        assert len(proposed) == tree_nodes(branching), (branching, warp.temperature)
+        depths = tree.tree_depths(proposed.parents)
+        assert [depths.count(level) for level in range(len(branching))] == widths, (branching, warp.temperature)
 
 
 def test_seed_004_node_counts():
@@ -62,14 +89,14 @@ def test_wider_trees_win_when_verification_is_free_and_lose_when_it_is_not():
 
 @pytest.mark.parametrize("bad", [[], [2, 0], [1.5], (True,), "22"])
 def test_bad_branching_is_refused(bad):
-    with pytest.raises(ValueError, match="branching"):
+    with pytest.raises(ArgumentError, match="branching"):
         tree_nodes(bad)
 
 
 def test_hit_rates_must_cover_the_widest_level():
-    with pytest.raises(ValueError, match="top-k hit rates up to k = 3"):
+    with pytest.raises(ArgumentError, match="top-k hit rates up to k = 3, got 2: pass 3 rates"):
         tree_expected_tokens([3, 1], [0.7, 0.8])
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ArgumentError, match="alpha"):
         tree_expected_tokens([2], 1.5)
 
 
@@ -142,14 +169,6 @@ def test_measure_tree_reports_tau_beside_the_prediction(pair):
 
 def _notebook_functions(names):
     """The functions `names` as notebooks/04 defines them (only their `def` blocks are run)."""
-    import ast
-    import random
-    from pathlib import Path
-
-    import nbformat
-
-    from specdec_lab.sampling import residual
-
     nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "04_tree_attention.ipynb", as_version=4)
     ns = {"torch": torch, "random": random, "residual": residual, "tree": tree}
     for cell in nb.cells:
@@ -164,8 +183,6 @@ def _notebook_functions(names):
 
 
 def test_notebook_derivations_agree_with_the_library():
-    from specdec_lab import grading
-
     ns = _notebook_functions({"mask_from_parents", "positions_from_parents", "greedy_walk", "two_candidates"})
     g = torch.Generator().manual_seed(3)
     for n in range(1, 30):

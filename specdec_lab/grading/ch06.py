@@ -19,19 +19,20 @@ with the library:
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 from torch import Tensor
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec_lab.eagle import EagleDrafter, EagleNet, KVCache, expand_step
+from specdec_lab import lm
+from specdec_lab.eagle import EagleDrafter, EagleNet, expand_step
 from specdec_lab.training import ttt_mask, unroll
 from specdec_lab.grading._common import call, check, grader, passed, seeded
 
 
 def _eagle_case(version: int = 1, seed: int = 0):
     """A random 2-layer Llama target (vocab 50, hidden 32) and an EagleNet with random weights for it."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
@@ -117,11 +118,11 @@ def check_ttt_unroll(ttt_unroll: Callable) -> None:
           "(positions arange(T), mask ttt_mask(T, 0))")
     if not torch.allclose(got[1], want[1], atol=1e-4):
         with torch.no_grad():
-            cache = KVCache()
+            cache = lm.new_cache()
             net(feature, tokens, torch.arange(7), ttt_mask(7, 0), cache)
             no_shift = net(want[0], tokens, torch.arange(7), ttt_mask(7, 1), cache)
             fresh = net(torch.cat([torch.zeros_like(want[0][:, :1]), want[0][:, :-1]], 1), tokens, torch.arange(7))
-            cache = KVCache()
+            cache = lm.new_cache()
             net(feature, tokens, torch.arange(7), ttt_mask(7, 0), cache)
             shifted_true = net(torch.cat([torch.zeros_like(feature[:, :1]), feature[:, :-1]], 1), tokens,
                                torch.arange(7), ttt_mask(7, 1), cache)
@@ -160,8 +161,6 @@ def fake_draft(vocab: int, seed: int, sharpness: float = 1.5) -> Callable:
 def _library_tree(next_logp: Callable, topk: int, depth: int, budget: int) -> tuple[list[int], list[int]]:
     """EAGLE-2's tree as the library grows it: `EagleDrafter._dynamic` with `next_logp` standing in for the
     draft's forward. Returns the kept (tokens, parents)."""
-    from types import SimpleNamespace
-
     def feed(grower, out):  # the drafter's one forward over the frontier, replaced by the fake draft
         return out, next_logp([_path(grower.tokens, grower.parents, i) for i in grower.frontier])
 
