@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
+from tqdm.auto import tqdm
 
-from specdec_lab import chat, lineup, prompts as suite
+from specdec_lab import chat, identity, lineup
+from specdec_lab import prompts as suite
 from specdec_lab.lineup import BatchMethod, Method
+from specdec_lab.measure import ForwardTimer
+from specdec_lab.prompts import load_prompts
 
 CATEGORIES = tuple(dict.fromkeys(suite.CATEGORIES + chat.CATEGORIES))  # the zoo suite's, then the chat prompts'
 # (code, edit, doc, chat, rewrite: a real chat model's prompts share "code" with the suite)
@@ -109,12 +113,6 @@ def run(target, methods: dict[str, Method | BatchMethod], prompts: list[torch.Te
     drafting: the modules the methods draft with (a draft model, heads, nets, the target's LM head): given, each
     row also records the seconds spent inside the target's and their forwards (`measure.ForwardTimer`).
     """
-    from contextlib import nullcontext
-
-    from tqdm.auto import tqdm
-
-    from specdec_lab.measure import ForwardTimer
-
     size = batch or 1
     chunks = [prompts[s: s + size] for s in range(0, len(prompts), size)]
     rows = {name: Row(name) for name in methods}
@@ -163,8 +161,6 @@ def run(target, methods: dict[str, Method | BatchMethod], prompts: list[torch.Te
 def _same(target, prompts: list[torch.Tensor], rows: list[Row], greedy: bool) -> list[Row]:
     """Set each row's `same` (the prompts whose output equals the first row's) and, greedy, its `verdicts`: a
     mismatch is a near-tie of the target's logits (fine in half precision) or a bug (`identity.compare`)."""
-    from specdec_lab import identity
-
     for row in rows:
         row.same = sum(a == b for a, b in zip(row.outputs, rows[0].outputs))
         if greedy:
@@ -174,8 +170,6 @@ def _same(target, prompts: list[torch.Tensor], rows: list[Row], greedy: bool) ->
 
 def suite_prompts(tokenizer, category: str | None = None, limit: int | None = None) -> list[torch.Tensor]:
     """The held-out prompt suite as [1, T] id tensors."""
-    from specdec_lab.prompts import load_prompts
-
     prompts = load_prompts(category)[:limit]
     return [tokenizer(p["prompt"], return_tensors="pt").input_ids for p in prompts]
 
@@ -233,8 +227,6 @@ def showdown(target, draft, tokenizer, prompts: list[dict] | None = None,
     Ctrl-C raises `Interrupted` with the results so far: earlier temperatures whole, the current one over the
     prompts every method finished.
     """
-    from specdec_lab.prompts import load_prompts
-
     prompts = load_prompts() if prompts is None else prompts
     device = next(target.parameters()).device
     ids = [(chat.chat_ids(tokenizer, p["prompt"]) if template else tokenizer(p["prompt"], return_tensors="pt").input_ids)
@@ -292,8 +284,6 @@ def batch_showdown(target, draft, tokenizer, prompts: list[dict] | None = None, 
     summed over rows), seconds, tau (tokens / row_passes), tokens_per_s, speedup (over batched plain decoding in
     the same run), identical (rows equal to their own single-sequence greedy decoding; greedy only), skipped.
     """
-    from specdec_lab.prompts import load_prompts
-
     prompts = load_prompts() if prompts is None else prompts
     ids = [tokenizer(p["prompt"], return_tensors="pt").input_ids for p in prompts]
     results = []

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec_lab import checks, engines, measure, train_heads as trained, tune
+from specdec_lab import checks, engines, measure, tune
+from specdec_lab import train_heads as trained
 from specdec_lab.decoding import Generation, generate, generate_naive
 from specdec_lab.drafters import Drafter, DraftModelDrafter
 from specdec_lab.eagle import EagleDrafter, EagleNet

@@ -5,6 +5,10 @@ results), and the JSON and CSV files the command line writes.
 
 from __future__ import annotations
 
+import csv
+import json
+from pathlib import Path
+
 from specdec_lab.bench import CATEGORIES, Row
 
 __all__ = ["format_table", "format_showdown", "format_batch_showdown", "leaderboard_markdown", "summary_markdown",
@@ -107,10 +111,6 @@ def _identical(r: dict) -> str:
 
 def save_results(results: list[dict], meta: dict, json_path=None, csv_path=None) -> None:
     """Write the showdown's results: JSON ({"meta": ..., "results": [...]}) and/or CSV (one line per result)."""
-    import csv
-    import json
-    from pathlib import Path
-
     for path in (json_path, csv_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,10 @@ bracketed text form elsewhere (the text form is also what a terminal or an HTML-
 from __future__ import annotations
 
 import html
+import sys
+
+import matplotlib.pyplot as plt
+from tqdm.std import tqdm
 
 ACCEPTED, CORRECTED, BONUS, PLAIN = "accepted", "corrected", "bonus", "target"
 COLORS = {ACCEPTED: "#c8f7c5", CORRECTED: "#ffc9c9", BONUS: "#c9dcff", PLAIN: "#eeeeee"}
@@ -105,8 +109,6 @@ def draw_tree(parents: list[int], labels: list[str] | None = None, path: list[in
               root_label: str = "root", ax=None, title: str | None = None):
     """Draw a DraftTree left to right: node i at (depth, row), a line to its parent; `path` (accepted node
     indices) in green, the other nodes gray. Returns the Axes."""
-    import matplotlib.pyplot as plt
-
     xy = tree_layout(parents)
     if ax is None:
         depth, rows = max([d for d, _ in xy], default=0), max([r for _, r in xy], default=0) + 1
@@ -139,8 +141,6 @@ def draw_tree(parents: list[int], labels: list[str] | None = None, path: list[in
 
 def draw_mask(mask, labels: list[str] | None = None, ax=None, title: str | None = None):
     """imshow of a tree mask [n, n] (row i: what node i attends to), node labels on both axes. Returns the Axes."""
-    import matplotlib.pyplot as plt
-
     n = mask.shape[0]
     if ax is None:
         _, ax = plt.subplots(figsize=(0.32 * n + 1.5, 0.32 * n + 1.2))
@@ -166,10 +166,6 @@ def progress(iterable=None, desc: str | None = None, total: int | None = None, *
     shows the same text as the committed one (nbval keeps only what follows a stream's last carriage return).
     Use it like tqdm: `for x in progress(xs, "prompts")`, or `bar = progress(total=n)` and `bar.update()`.
     """
-    import sys
-
-    from tqdm.std import tqdm
-
     class _Progress(tqdm):
         def close(self):
             if self.disable or not self.leave:
@@ -193,8 +189,6 @@ def draw_round(r, tokenizer=None, ax=None, title: str | None = None):
     """One speculative round as a timeline, left to right: the draft's γ forwards, the target's ONE pass, the
     accept/reject test of each draft, the correction or bonus token, the rollback of both caches, with each
     cache's length under every stage. `r` is a `widgets.Round` (RoundStepper.step()). Returns the Axes."""
-    import matplotlib.pyplot as plt
-
     g, n = len(r.drafts), r.accepted
     name = (lambda t: repr(tokenizer.decode([t]))[:10]) if tokenizer is not None else (lambda t: f"#{t}")
     if ax is None:

@@ -31,8 +31,17 @@ from transformers import AutoTokenizer
 
 from specdec_lab import checks, decoding, lm, measure, sampling
 from specdec_lab.drafters import Drafter, DraftModelDrafter
-from specdec_lab.economics import (QWEN25_7B_ON_H100, Roofline, expected_tokens, level_hit_rates, optimal_gamma,
-                                   speedup, tree_expected_tokens, tree_nodes, tree_speedup)
+from specdec_lab.economics import (
+    QWEN25_7B_ON_H100,
+    Roofline,
+    expected_tokens,
+    level_hit_rates,
+    optimal_gamma,
+    speedup,
+    tree_expected_tokens,
+    tree_nodes,
+    tree_speedup,
+)
 from specdec_lab.sampling import Warp
 
 __all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary",
@@ -99,6 +108,16 @@ def summary(alpha: float, gamma: int, c: float, batch: int = 1, model: Roofline 
     }
 
 
+def _redraw(plot, draw, title: str) -> None:
+    """Replace the figure in `plot` (an ipywidgets Output) with one drawn by draw(ax), titled `title`."""
+    with plot:
+        plot.clear_output(wait=True)
+        _, ax = plt.subplots(figsize=(6.5, 3.2))
+        draw(ax)
+        ax.set_title(title, fontsize=10)
+        plt.show()
+
+
 def _draw(ax, model, alpha, gamma, c, batch, max_gamma, legend=True):
     xs = range(1, max_gamma + 1)
     free, at_batch = _curve(model, alpha, c, None, max_gamma), _curve(model, alpha, c, batch, max_gamma)
@@ -145,12 +164,8 @@ def explorer(model: Roofline = QWEN25_7B_ON_H100, max_gamma: int = 16, alpha: fl
             f"(verifying γ+1 tokens costs {s['verify_cost']:.2f} decode steps)<br>"
             f"best γ: <b>{s['best_gamma_free_verify']}</b> if verification is free, "
             f"<b>{s['best_gamma_at_batch']}</b> at batch {v['batch']} (0 = do not speculate)")
-        with plot:
-            plot.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(6.5, 3.2))
-            _draw(ax, model, v["alpha"], v["gamma"], v["c"], v["batch"], max_gamma)
-            ax.set_title(f"α = {v['alpha']:.2f}, c = {v['c']:.2f}", fontsize=10)
-            plt.show()
+        _redraw(plot, lambda ax: _draw(ax, model, v["alpha"], v["gamma"], v["c"], v["batch"], max_gamma),
+                f"α = {v['alpha']:.2f}, c = {v['c']:.2f}")
 
     for s in sliders.values():
         s.observe(update, names="value")
@@ -273,13 +288,9 @@ def tree_explorer(hit: float = 0.7, width: int = 2, depth: int = 4, wide_levels:
             f"<b>{sm['tokens_per_pass']:.2f}</b> tokens per pass, estimated speedup <b>{sm['speedup']:.2f}×</b>"
             f"<br>chain of the same depth: {len(sm['branching'])} nodes, {sm['chain_tokens_per_pass']:.2f} tokens "
             f"per pass, {sm['chain_speedup']:.2f}×")
-        with plot:
-            plot.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(6.5, 3.2))
-            _tree_curves(ax, [sm["branching"], [1] * len(sm["branching"])], sliders["hit"].value, sliders["c"].value,
-                         s_max, sliders["s"].value)
-            ax.set_title(f"α = {sliders['hit'].value:.2f}, c = {sliders['c'].value:.2f}", fontsize=10)
-            plt.show()
+        hit, c = sliders["hit"].value, sliders["c"].value
+        _redraw(plot, lambda ax: _tree_curves(ax, [sm["branching"], [1] * len(sm["branching"])], hit, c, s_max,
+                                              sliders["s"].value), f"α = {hit:.2f}, c = {c:.2f}")
 
     for s in sliders.values():
         s.observe(update, names="value")
@@ -535,7 +546,7 @@ def round_lines(r: Round, tokenizer=None) -> list[str]:
         lines.append(f"  all {g} accepted: bonus {name(last)}, {how} after the last draft, free: the same pass "
                      "computed it")
     else:
-        lines.append(f"  the text ends inside the accepted drafts (EOS or max_new_tokens): no correction or bonus")
+        lines.append("  the text ends inside the accepted drafts (EOS or max_new_tokens): no correction or bonus")
     (t0, t1, t2), (d0, d1, d2) = r.target_cache, r.draft_cache
     lines.append(f"  committed {len(r.emitted)}: text {r.committed} → {r.committed + len(r.emitted)} tokens")
     lines.append(f"  target cache {t0} → {t1} after its pass → {t2} kept; draft cache {d0} → {d1} after drafting "

@@ -22,9 +22,14 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from specdec_lab import economics
+import transformers
+
+from specdec_lab import economics, measure, zoo
+from specdec_lab.decoding import generate
+from specdec_lab.drafters import DraftModelDrafter
 from specdec_lab.economics import QWEN25_7B_ON_H100, Roofline
 from specdec_lab.grading._common import call, check, grader, number, one_thread, passed
+from specdec_lab.prompts import load_prompts
 
 
 @grader
@@ -188,18 +193,12 @@ MEASURE_NS = tuple(range(1, MEASURE_GAMMA + 2))  # v(1) .. v(γ + 1)
 
 def _pair():
     """The course's tiny target and draft (embedded, offline) and their tokenizer."""
-    import transformers
-
-    from specdec_lab import zoo
-
     transformers.logging.disable_progress_bar()
     return zoo.load_pair("tiny", device="cpu")
 
 
 def _reference_costs(target, draft, ns, pattern: str) -> tuple[float, dict[int, float]]:
     """(c, {n: v(n)}) as the course measures them (`measure.forward_costs`, minimum over 10 rounds)."""
-    from specdec_lab import measure
-
     return measure.cost_ratios(measure.forward_costs({"target": target, "draft": draft}, ns, rounds=10,
                                                      pattern=pattern))
 
@@ -209,10 +208,6 @@ def _timed_run(target, draft, tok, gamma: int) -> dict:
     interleaved prompt by prompt, twice over, after a warm-up. Returns the seconds of each (per prompt the
     faster of the two repetitions), how far the two repetitions' speedups differ (relative), and the acceptance
     of the drafts."""
-    from specdec_lab.decoding import generate
-    from specdec_lab.drafters import DraftModelDrafter
-    from specdec_lab.prompts import load_prompts
-
     prompts = [tok(p["prompt"], return_tensors="pt").input_ids for p in load_prompts()[::13]]  # 4 prompts
 
     def run(ids, spec):

@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec_lab import bench, checks, report, zoo
 from specdec_lab.decoding import generate
-from specdec_lab.drafters import DraftModelDrafter, Drafter
+from specdec_lab.drafters import Drafter, DraftModelDrafter
 from specdec_lab.grading._common import P_VALUE_MIN, call, check, chi_square, grader, one_thread, passed, seeded
 from specdec_lab.ngram import PromptLookupDrafter
 from specdec_lab.sampling import Warp
@@ -64,8 +65,6 @@ def _exact_first_three(model, prompt: list[int], warp: Warp) -> torch.Tensor:
 
 def _tiny_model():
     """A random Llama with 8 tokens, so the first 3 tokens' distribution has 512 cells."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     with torch.random.fork_rng():
         torch.manual_seed(31)
         config = LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,

@@ -21,10 +21,24 @@ from collections.abc import Callable
 
 import torch
 
-from specdec_lab.grading._common import (P_VALUE_MIN, call, check, chi_square, counts_of, fmt, grader, number,
-                                         one_thread, passed, seeded)
+from specdec_lab import measure
+from specdec_lab.decoding import generate
+from specdec_lab.drafters import DraftModelDrafter
+from specdec_lab.grading._common import (
+    P_VALUE_MIN,
+    call,
+    check,
+    chi_square,
+    counts_of,
+    fmt,
+    grader,
+    number,
+    one_thread,
+    passed,
+    seeded,
+)
 from specdec_lab.grading.ch02 import _pair as _tiny  # the zoo's tiny pair: the graders' default model
-
+from specdec_lab.prompts import load_prompts
 
 V_NS = (1, 2, 4, 8)  # the pass sizes exercise 1 measures
 PATTERNS = ("loop", "bench")  # the grader's own measurements after the learner's: two orders of the calls
@@ -81,7 +95,6 @@ def check_compute_bound(compute_bound_at: Callable, measure_v: Callable, model=N
             check(answers != got, f"{hint} ({shown})")
         check(False, shown + (" (None: no n in rates is compute-bound)" if want[i] is None else ""))
 
-    from specdec_lab import measure
 
     with one_thread():
         model = model if model is not None else _tiny()[0]
@@ -101,7 +114,7 @@ def check_compute_bound(compute_bound_at: Callable, measure_v: Callable, model=N
     with one_thread():
         bw, rates = measure.bandwidth(), measure.product_rates(dtype=dtype)
     at = call(compute_bound_at, bw, rates, torch.tensor([], dtype=dtype).element_size())
-    passed(f"v(n) measured here: " + ", ".join(f"v({n}) = {v[n]:.2f}" for n in V_NS[1:])
+    passed("v(n) measured here: " + ", ".join(f"v({n}) = {v[n]:.2f}" for n in V_NS[1:])
            + f"; this CPU reads {bw / 1e9:.1f} GB/s and multiplies {str(dtype).removeprefix('torch.')} at "
            + ", ".join(f"{k}: {r / 1e9:.0f}" for k, r in rates.items()) + " GFLOP/s at n tokens, so your "
            + (f"compute_bound_at says a pass turns compute-bound at n = {at}" if at else
@@ -123,8 +136,6 @@ def check_predicted_speedup(predicted_speedup: Callable, v: dict | Callable | No
        S · (0.8 - d) <= P <= S · (1.4 + d), S the measured speedup and d the relative spread of the two repeats'
        speedups: a prediction leaves out the loop's own work, so it may run above the clock, not far below it.
     """
-    from specdec_lab import measure
-
     v_syn = {1: 1.0, 2: 1.05, 4: 1.12, 8: 1.3, 16: 1.6, 32: 2.3}
     for tau, nodes, levels, c_syn in [(2.2, 3.7, 3.7, 0.05), (2.4, 5.8, 2.8, 0.06), (1.5, 23.6, 1.0, 0.04),
                                       (1.3, 14.0, 0.0, 0.0), (2.85, 23.1, 6.5, 0.05)]:
@@ -146,9 +157,6 @@ def check_predicted_speedup(predicted_speedup: Callable, v: dict | Callable | No
             check(abs(got - wrong) > 1e-6 * want, f"{hint} ({case} = {got:.4g}, expected {want:.4g})")
         check(False, f"{case} = {got:.4g}, expected {want:.4g}: τ over v(N + 1) + L·c")
 
-    from specdec_lab.decoding import generate
-    from specdec_lab.drafters import DraftModelDrafter
-    from specdec_lab.prompts import load_prompts
 
     with one_thread():
         if target is None:
@@ -228,10 +236,6 @@ def check_sampled_run(sampled_run: Callable, target=None, make_drafter: Callable
     other seeds do not all repeat them (the run samples), and τ is that run's tokens over its target passes.
     Default: the zoo's tiny pair with a draft-model chain of 3, on a suite prompt.
     """
-    from specdec_lab.decoding import generate
-    from specdec_lab.drafters import DraftModelDrafter
-    from specdec_lab.prompts import load_prompts
-
     if target is None:
         target, draft, tok = _tiny()
         make_drafter = lambda: DraftModelDrafter(draft, 3)  # noqa: E731
