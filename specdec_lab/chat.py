@@ -275,6 +275,12 @@ PASSAGES_MORE = ["The city's new cycle lanes opened in May. In the first month, 
 FUNCTION_FORMS = ["Write a Python function that {}.",  # both lists of small coding tasks
                   "Write a Python function that {}, with a docstring and an example."]
 
+
+def _then_text(*tasks: str) -> list[str]:
+    """Request forms for the rewrite lists: each instruction followed by the text."""
+    return [f"{task} {{}}" for task in tasks]
+
+
 # (category, items, request forms): each item in each form, in this order (a pair fills both braces)
 REQUESTS = [
     ("chat", SUBJECTS, ["Explain {} in simple words.", "Tell me three interesting facts about {}."]),
@@ -286,11 +292,10 @@ REQUESTS = [
     ("code", TASKS, FUNCTION_FORMS),
     ("code", CONCEPTS, ["In Python, what is the difference between {} and {}?"]),
     ("code", CLASSES, ["Write a Python class for {} ({})."]),
-    ("rewrite", SENTENCES, [f"{task} {{}}" for task in ("Fix the grammar:", "Make this more formal:",
-                                                         "Rewrite this to be shorter:", "Rewrite in the passive voice:",
-                                                         "Rewrite in simpler words:")]),
-    ("rewrite", PASSAGES, [f"{task} {{}}" for task in ("Summarize in one sentence:", "Summarize:",
-                                                        "Rewrite for a child:", "Give the main point of this:")]),
+    ("rewrite", SENTENCES, _then_text("Fix the grammar:", "Make this more formal:", "Rewrite this to be shorter:",
+                                      "Rewrite in the passive voice:", "Rewrite in simpler words:")),
+    ("rewrite", PASSAGES, _then_text("Summarize in one sentence:", "Summarize:", "Rewrite for a child:",
+                                     "Give the main point of this:")),
     ("chat", TOPICS, ["Give me a short introduction to {}.", "Why is {} important?", "What are three common "
                       "misconceptions about {}?", "Explain {} as if I were twelve years old."]),
     ("chat", HOWTOS, ["Give me step-by-step instructions to {}.", "What do I need to {}?",
@@ -307,11 +312,10 @@ REQUESTS = [
                       "What food is {} famous for?"]),
     ("code", TASKS_MORE, FUNCTION_FORMS),
     ("code", PY_HOWTOS, ["How do I {} in Python?"]),
-    ("rewrite", SENTENCES_MORE, [f"{task} {{}}" for task in ("Fix the grammar:", "Make this more formal:",
-                                                              "Rewrite this to be shorter:", "Make this more casual:",
-                                                              "Rewrite in simpler words:")]),
-    ("rewrite", PASSAGES_MORE, [f"{task} {{}}" for task in ("Summarize in one sentence:", "Summarize:",
-                                                             "Rewrite for a child:", "List the key facts in this:")]),
+    ("rewrite", SENTENCES_MORE, _then_text("Fix the grammar:", "Make this more formal:", "Rewrite this to be shorter:",
+                                           "Make this more casual:", "Rewrite in simpler words:")),
+    ("rewrite", PASSAGES_MORE, _then_text("Summarize in one sentence:", "Summarize:", "Rewrite for a child:",
+                                          "List the key facts in this:")),
 ]
 
 

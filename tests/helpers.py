@@ -6,12 +6,16 @@
   over RUNS seeded runs, the generated counts must match it in `pooled_chi_square` (Pearson's chi-square,
   cells with expected count < 5 pooled) at P_MIN. Fixed seeds, so the tests are deterministic.
 * `exercise_functions`: what a notebook's exercise cells define (solution or stub), for the graders' tests.
+* Grader tests as tables: `@grader_table(WRONG, RIGHT)` over a test that calls `assert_grades`; `stub`,
+  `stub_rows` and STUB_HINT for the exercises as they are handed out.
 
 Test files import it as `from helpers import ...` (tests/conftest.py puts this folder on sys.path).
 """
 import copy
+import re
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -87,3 +91,39 @@ def exercise_functions(notebook: str, folder: str = "solutions") -> dict:
         if i == 1 or (i + 1 < len(code) and "grading.check_" in code[i + 1]):
             exec(compile(source, f"{folder}/{notebook}, code cell {i}", "exec"), ns)
     return ns
+
+
+# ---- grader tests: each file lists its answers, the scaffolding is here ---------------------------------------
+
+STUB_HINT = "not implemented yet"  # what every grader says of an exercise left as it is handed out
+
+
+def stub(*args):
+    """An exercise function as it is handed out."""
+    raise NotImplementedError("stub: your code here")
+
+
+def stub_rows(*checks):
+    """A `wrong` row per check that takes one function: given `stub`, it must say STUB_HINT."""
+    return [(check, stub, STUB_HINT) for check in checks]
+
+
+def grader_table(wrong=(), right=()):
+    """Parametrize a test(check, answer, hint) that calls `assert_grades` over a table of answers:
+    `wrong` rows (check, answer, hint), the check must fail naming the mistake; `right` rows (check, answer), the
+    check must pass (hint None). An answer that is a tuple is several arguments."""
+    rows = [pytest.param(check, answer, hint, id=f"{check.__name__}-{hint[:24]}") for check, answer, hint in wrong]
+    rows += [pytest.param(check, answer, None, id=f"{check.__name__}-passes") for check, answer in right]
+    return pytest.mark.parametrize("check, answer, hint", rows)
+
+
+def assert_grades(check, answer, hint, capsys):
+    """check(answer) fails with `hint` (plain text, not a regex) in its message, or with hint None passes: the
+    last line it prints starts with PASS."""
+    args = answer if isinstance(answer, tuple) else (answer,)
+    if hint is None:
+        check(*args)
+        assert capsys.readouterr().out.splitlines()[-1].startswith("PASS")
+    else:
+        with pytest.raises(AssertionError, match=re.escape(hint)):
+            check(*args)
