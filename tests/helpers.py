@@ -2,9 +2,10 @@
 
 * `tiny_llama`, `noisy_copy`, `prompt_ids`: fp32 models small enough for exhaustive tests (a target, an unrelated
   draft, and a draft that is the target with noise added, so acceptance is partial), and seeded prompts.
-* Sampling tests: `exact_joint` enumerates the target's own distribution of the first 3 generated tokens;
-  over RUNS seeded runs, the generated counts must match it in `pooled_chi_square` (Pearson's chi-square,
-  cells with expected count < 5 pooled) at P_MIN. Fixed seeds, so the tests are deterministic.
+* Sampling tests: `exact_first_tokens` enumerates the target's own distribution of the first 3 generated tokens
+  (every continuation the warp allows: a small vocabulary or a top-k keeps them few); `follows_target` checks seeded
+  samples against it with `pooled_chi_square` (Pearson's chi-square, cells with expected count < 5 pooled) at
+  P_MIN, and fails on any continuation the target cannot produce. Fixed seeds, so the tests are deterministic.
 * `exercise_functions`: what a notebook's exercise cells define (solution or stub), for the graders' tests.
 * Grader tests as tables: `@grader_table(WRONG, RIGHT)` over a test that calls `assert_grades`; `stub`,
   `stub_rows` and STUB_HINT for the exercises as they are handed out.
@@ -13,6 +14,7 @@ Test files import it as `from helpers import ...` (tests/conftest.py puts this f
 """
 import copy
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -54,23 +56,35 @@ def prompt_ids(seed, n=8, vocab=VOCAB):
 
 
 @torch.no_grad()
-def exact_joint(target, ids, warp, steps=3):
-    """P(first `steps` tokens) under target-only sampling with `warp`: [V] * steps, by enumeration."""
-    vocab = target.config.vocab_size
-    joint = torch.ones(1, dtype=torch.float64)  # over the continuations so far, flattened
-    conts = torch.zeros(1, 0, dtype=torch.long)  # [m, t] every continuation of length t
+def exact_first_tokens(target, ids, warp, steps=3) -> dict[tuple[int, ...], float]:
+    """P(first `steps` tokens) under plain sampling with `warp`, by enumerating every continuation of nonzero
+    probability: {continuation: probability}."""
+    conts = torch.zeros(1, 0, dtype=torch.long)  # [m, t] the continuations of length t so far
+    probs = torch.ones(1, dtype=torch.float64)  # [m]
     for _ in range(steps):
         seqs = torch.cat([ids.expand(len(conts), -1), conts], 1)  # [m, T + t]
         p = warp.probs(lm.forward(target, seqs)[:, -1]).double()  # [m, V]
-        joint = (joint[:, None] * p).reshape(-1)  # [m * V]
-        conts = torch.cat([conts.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(len(conts))[:, None]], 1)
-    return joint  # index = t1 * V^2 + t2 * V + t3
+        rows, tokens = p.nonzero(as_tuple=True)  # [m'] a continuation and a next token it may take
+        conts, probs = torch.cat([conts[rows], tokens[:, None]], 1), probs[rows] * p[rows, tokens]
+    return dict(zip(map(tuple, conts.tolist()), probs.tolist()))
+
+
+def follows_target(samples, exact, what="") -> float:
+    """Assert that sampled continuations (token-id lists, each as long as `exact`'s keys) follow `exact`
+    (`exact_first_tokens`): none the target gives probability 0, chi-square p-value > P_MIN. Returns the p-value."""
+    counts = Counter(tuple(s) for s in samples)
+    impossible = sorted(set(counts) - set(exact))
+    assert not impossible, f"{what}: generated {impossible[:3]}, continuations the target gives probability 0"
+    cells = list(exact)
+    pvalue = pooled_chi_square(torch.tensor([counts[c] for c in cells]), torch.tensor([exact[c] for c in cells]))
+    print(f"{what}: chi-square p-value {pvalue:.3f} over {len(samples)} samples")
+    assert pvalue > P_MIN, f"{what}: the sampled tokens do not follow the target (p-value {pvalue:.2g})"
+    return pvalue
 
 
 def pooled_chi_square(counts, probs, min_expected=5.0):
     """Chi-square p-value with cells of expected count < min_expected pooled into one cell."""
     counts, probs = counts.double(), probs.double()
-    assert counts[probs == 0].sum() == 0, "a continuation the target gives probability 0 was generated"
     expected = counts.sum() * probs
     small = expected < min_expected
     c = torch.cat([counts[~small], counts[small].sum()[None]])

@@ -6,18 +6,13 @@ import pytest
 import torch
 
 from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, bench, lineup, report,
-                         train_heads, zoo)
+                         train_heads)
 from specdec_lab.__main__ import main
 from specdec_lab.engines import sglang_flags
 from specdec_lab.lineup import engine_settings
 from specdec_lab.measure import ForwardTimer
 from specdec_lab.prompts import CATEGORIES as SUITE
 from specdec_lab.prompts import load_prompts
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return zoo.load_pair("tiny", device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -194,13 +194,6 @@ CHECKS = {"rule": check_rule, "chain": check_chain, "alpha": check_alpha, "token
           "typical": check_typical}
 
 
-@pytest.fixture(scope="module")
-def pair():
-    from specdec_lab import zoo
-
-    return zoo.load_pair("tiny", device="cpu")
-
-
 def test_every_block_runs_and_defines_the_sheets_names():
     names = {k for k in sheet() if not k.startswith("__")} - {"math", "torch"}
     want = {"accepted", "accept_prob", "residual", "emitted", "chain", "tv", "alpha", "expected_tokens",

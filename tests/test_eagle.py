@@ -1,12 +1,13 @@
 """Tests for EAGLE-1/2/3 (chapter 06): the draft layer and its cache, the training-time-test unroll, the dynamic
-tree, and EagleDrafter in generate() (greedy identity, exact sampling); the shipped drafts on the suite."""
+tree, and EagleDrafter in generate() (the shapes the registry has no row for, a draft vocabulary); the shipped
+drafts' τ on the suite. The registry's EAGLE rows go through test_exactness.py."""
 import json
 
 import pytest
 import torch
-from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tiny_llama
+from helpers import RUNS, exact_first_tokens, follows_target, prompt_ids, tiny_llama
 
-from specdec_lab import EagleDrafter, MedusaDrafter, generate, lm, measure, zoo
+from specdec_lab import EagleDrafter, MedusaDrafter, generate, lm, measure
 from specdec_lab.eagle import EAGLE_DIR, DraftLayer, EagleNet, expand_step, select_nodes
 from specdec_lab.medusa import MEDUSA_DIR
 from specdec_lab.prompts import load_prompts
@@ -159,11 +160,10 @@ def test_dynamic_tree_budget_depth_and_order(target):
 # ---- the drafter in generate() -------------------------------------------------------------------------
 
 
-DRAFTERS = {"chain": dict(branching=[1, 1, 1, 1]), "static": dict(branching=[3, 2, 1]),
-            "dynamic": dict(dynamic=True, topk=3, depth=4, budget=12)}
+DRAFTERS = {"chain": dict(branching=[1, 1, 1, 1]), "static": dict(branching=[3, 2, 1])}
 
 
-@pytest.mark.parametrize("version,kind", [(1, "chain"), (1, "static"), (1, "dynamic"), (3, "chain"), (3, "dynamic")])
+@pytest.mark.parametrize("version,kind", [(1, "static"), (3, "chain")])  # not rows of lineup.METHODS
 @pytest.mark.parametrize("seed", range(2))
 def test_eagle_greedy_equals_target_greedy(target, version, kind, seed):
     drafter = EagleDrafter(_net(target, version, seed), **DRAFTERS[kind])
@@ -212,36 +212,19 @@ def test_perfect_draft_accepts_everything(target):
     assert gen.tokens == future and max(gen.accept_lengths) == 3
 
 
-@pytest.mark.parametrize("version,kind,settings", [(1, "dynamic", dict(temperature=1.0)),
-                                                   (3, "static", dict(temperature=0.7, top_p=0.9)),
-                                                   (1, "chain", dict(temperature=1.0)),
-                                                   (3, "vocab", dict(temperature=1.0))],
-                         ids=["eagle2-T1", "eagle3-T0.7-p0.9", "eagle1-chain-T1", "eagle3-draft-vocab-T1"])
-def test_eagle_sampling_is_exact(version, kind, settings):
+def test_a_draft_vocabulary_keeps_sampling_exact():
+    """A draft vocabulary of 4 of the 8 tokens: the target often wants a token the draft cannot propose."""
     target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
-    net = EagleNet(target, version, heads=2, mlp=32)
+    net = EagleNet(target, 3, heads=2, mlp=32)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for p in net.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.5)
-    net.eval()
-    kw = {"dynamic": dict(dynamic=True, topk=2, depth=2, budget=4), "static": dict(branching=[2, 1]),
-          "chain": dict(branching=[1, 1]), "vocab": dict(dynamic=True, topk=2, depth=2, budget=4)}[kind]
-    # a chain goes through the chain rule, hidden states and all; "vocab": a draft vocabulary of 4 of the 8 tokens,
-    # so the target often wants a token the draft cannot propose
-    if kind == "vocab":
-        net.use_vocab(torch.tensor([0, 2, 5, 7]))
-    ids = torch.tensor([[1, 5, 2]])
-    want = exact_joint(target, ids, Warp(**settings))
-    g = torch.Generator().manual_seed(7)
-    counts = torch.zeros(8 ** 3, dtype=torch.float64)
-    drafter = EagleDrafter(net, **kw)
-    for _ in range(RUNS):
-        a, b, c = generate(target, ids, drafter, max_new_tokens=3, generator=g, **settings).tokens
-        counts[a * 64 + b * 8 + c] += 1
-    pvalue = pooled_chi_square(counts, want)
-    print(f"EAGLE-{version} {kind} {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs")
-    assert pvalue > P_MIN
+    net.eval().use_vocab(torch.tensor([0, 2, 5, 7]))
+    drafter = EagleDrafter(net, dynamic=True, topk=2, depth=2, budget=4)
+    ids, g = torch.tensor([[1, 5, 2]]), torch.Generator().manual_seed(7)
+    samples = [generate(target, ids, drafter, max_new_tokens=3, generator=g, temperature=1.0).tokens for _ in range(RUNS)]
+    follows_target(samples, exact_first_tokens(target, ids, Warp(1.0)), "EAGLE-3, draft vocabulary")
 
 
 def test_a_draft_vocabulary_scores_its_tokens_only_and_survives_saving(target, tmp_path):
@@ -258,31 +241,12 @@ def test_a_draft_vocabulary_scores_its_tokens_only_and_survives_saving(target, t
     assert loaded.d2t.tolist() == [3, 7, 9, 40] and loaded.d2t.dtype == torch.long
 
 
-def test_bad_input_errors(target, tmp_path):
-    with pytest.raises(ValueError, match="version"):
-        EagleNet(target, 2)
-    with pytest.raises(ValueError, match="version"):
-        EagleDrafter.from_zoo(target, version=2)
-    with pytest.raises(FileNotFoundError, match="train-zoo --stage eagle"):
-        EagleNet.from_zoo(target, 1, root=tmp_path)
-    with pytest.raises(ValueError, match="dynamic"):
-        EagleDrafter(_net(target, 1), branching=[2, 1], dynamic=True)
-    other = tiny_llama(hidden=32, layers=1, seed=3)
-    with pytest.raises(ValueError, match="hidden size"):
-        generate(other, prompt_ids(0), EagleDrafter(_net(target, 1)), max_new_tokens=4)
-    _net(target, 1).save(tmp_path / "eagle1")
-    with pytest.raises(ValueError, match="hidden"):
-        EagleNet.from_zoo(other, 1, root=tmp_path)
-    loaded = EagleNet.from_zoo(target, 1, root=tmp_path)
-    assert loaded.version == 1 and loaded.fc.weight.dtype == torch.float32
-
-
 # ---- the shipped drafts ---------------------------------------------------------------------------------
 
 
 @pytest.mark.skipif(not ZOO, reason="EAGLE drafts not trained yet (`specdec-lab train-zoo --stage eagle`)")
-def test_zoo_eagle_greedy_identity_and_eagle2_beats_medusa():
-    target, _, tok = zoo.load_pair("tiny")
+def test_zoo_eagle_helps_and_eagle2_beats_medusa(pair):
+    target, _, tok = pair
     drafters = {"EAGLE-1": EagleDrafter.from_zoo(target, 1), "EAGLE-2": EagleDrafter.from_zoo(target, 1, dynamic=True),
                 "EAGLE-3": EagleDrafter.from_zoo(target, 3, dynamic=True)}
     if (MEDUSA_DIR / "heads.safetensors").exists():
@@ -290,10 +254,8 @@ def test_zoo_eagle_greedy_identity_and_eagle2_beats_medusa():
     calls, tokens = dict.fromkeys(drafters, 0), dict.fromkeys(drafters, 0)
     for p in load_prompts()[::6]:  # 9 prompts over the three categories; the notebook runs all 52
         ids = tok(p["prompt"], return_tensors="pt").input_ids
-        want = generate(target, ids, None, max_new_tokens=24).tokens
         for name, drafter in drafters.items():
             gen = generate(target, ids, drafter, max_new_tokens=24)
-            assert gen.tokens == want, f"prompt {p['id']}: {name} changed the greedy output"
             calls[name] += gen.target_calls
             tokens[name] += len(gen.tokens)
     tau = {name: tokens[name] / calls[name] for name in drafters}

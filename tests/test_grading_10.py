@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import assert_grades, exercise_functions, grader_table
 
-from specdec_lab import grading, zoo
+from specdec_lab import grading
 from specdec_lab.decoding import generate
 from specdec_lab.drafters import DraftModelDrafter, Drafter
 from specdec_lab.grading import ch10
@@ -156,8 +156,8 @@ def _proposals(drafter, target, prompts):
     return recorder.trees
 
 
-def test_options_b_and_c_pass_their_own_shapes():
-    target, draft, tok = zoo.load_pair("tiny", device="cpu")
+def test_options_b_and_c_pass_their_own_shapes(pair):
+    target, draft, tok = pair
     prompts = ch10._held_out(tok)[:2]
     ch10._check_tree_shapes("B", True, _proposals(HiddenChain(2), target, prompts))
     ch10._check_tree_shapes("C", False, _proposals(DraftModelDrafter(draft, branching=[2, 2, 1]), target, prompts))

@@ -53,9 +53,9 @@ def test_half_precision_on_this_cpu_has_ties_only(dtype):
             assert m.gap <= 2 * m.noise and m.noise > 0
 
 
-def test_a_dropped_tree_mask_is_a_bug(monkeypatch):
+def test_a_dropped_tree_mask_is_a_bug(pair, monkeypatch):
     """Verifying a tree with a causal mask (nodes see their siblings) changes logits far beyond rounding."""
-    target, draft, tok = zoo.load_pair("tiny", device="cpu")
+    target, draft, tok = pair
     ids = bench.suite_prompts(tok)[::17][:3]
     ref = [generate(target, x, None, max_new_tokens=N).tokens for x in ids]
     forward = lm.forward

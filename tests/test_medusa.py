@@ -1,12 +1,12 @@
-"""Tests for Medusa heads, their training loss, and MedusaDrafter in generate() (chapter 05)."""
+"""Tests for Medusa heads, their training loss, and MedusaDrafter in generate() (chapter 05): typical acceptance,
+a draft vocabulary, the shipped heads' τ. The registry's Medusa row goes through test_exactness.py."""
 import json
 
 import pytest
 import torch
-from helpers import P_MIN, RUNS, exact_joint, pooled_chi_square, prompt_ids, tiny_llama
+from helpers import prompt_ids, tiny_llama
 
-from specdec_lab import generate, lm, measure, zoo
-from specdec_lab.sampling import Warp
+from specdec_lab import generate, lm, measure
 from specdec_lab.medusa import MEDUSA_DIR, MedusaDrafter, MedusaHeads
 from specdec_lab.training import head_accuracy, head_loss, self_labels, train_heads
 from specdec_lab.tree import DraftTree, choices_parents, verify_tree_typical
@@ -74,15 +74,14 @@ def test_training_lowers_the_loss_and_accuracy_falls_with_offset(target):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_medusa_greedy_equals_target_greedy(target, seed):
+def test_typical_acceptance_is_greedy_at_temperature_0(target, seed):
     heads = _trained_heads(target, seed)
     choices = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]
     ids = prompt_ids(seed)
     want = measure.hf_generate(target, ids, 30).tolist()
-    for typical in (None, (0.09, 0.3)):
-        gen = generate(target, ids, MedusaDrafter(heads, choices), max_new_tokens=30, typical=typical)
-        assert gen.tokens == want, "Medusa (exact, and typical at temperature 0) must equal greedy decoding"
-        assert gen.draft_nodes[0] == 0 and gen.draft_nodes[1] == len(choices), "prefill first, then the tree"
+    gen = generate(target, ids, MedusaDrafter(heads, choices), max_new_tokens=30, typical=(0.09, 0.3))
+    assert gen.tokens == want, "typical acceptance is lossy when sampling, exact at temperature 0"
+    assert gen.draft_nodes[0] == 0 and gen.draft_nodes[1] == len(choices), "prefill first, then the tree"
 
 
 def test_a_draft_vocabulary_keeps_medusa_exact_and_survives_saving(target, tmp_path):
@@ -120,24 +119,6 @@ def test_choices_deeper_than_heads_is_an_error(target):
         MedusaDrafter(MedusaHeads.for_target(target, 2), [(0,), (0, 0), (0, 0, 0)])
 
 
-@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9)],
-                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
-def test_medusa_sampling_is_exact(settings):
-    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
-    heads = _trained_heads(target, seed=3, scale=0.5)
-    ids = torch.tensor([[1, 5, 2]])
-    want = exact_joint(target, ids, Warp(**settings))
-    g = torch.Generator().manual_seed(7)
-    counts = torch.zeros(8 ** 3, dtype=torch.float64)
-    drafter = MedusaDrafter(heads, [(0,), (1,), (0, 0), (1, 0)])
-    for _ in range(RUNS):
-        a, b, c = generate(target, ids, drafter, max_new_tokens=3, generator=g, **settings).tokens
-        counts[a * 64 + b * 8 + c] += 1
-    pvalue = pooled_chi_square(counts, want)
-    print(f"Medusa {settings}: chi-square p-value {pvalue:.3f} over {RUNS} runs")
-    assert pvalue > P_MIN
-
-
 def test_typical_acceptance_rule():
     p = torch.tensor([[0.6, 0.3, 0.1], [0.34, 0.33, 0.33]])  # confident root; uncertain node 1
     tree = DraftTree([2, 1], [-1, -1])  # the pending token's children: token 2 (p 0.1), token 1 (p 0.3)
@@ -148,17 +129,15 @@ def test_typical_acceptance_rule():
 
 
 @pytest.mark.skipif(not ZOO, reason="Medusa heads not trained yet (`specdec-lab train-zoo --stage medusa`)")
-def test_zoo_heads_load_and_are_exact_on_the_suite():
+def test_zoo_heads_help_on_the_suite(pair):
     from specdec_lab.prompts import load_prompts
 
-    target, _, tok = zoo.load_pair("tiny")
+    target, _, tok = pair
     drafter = MedusaDrafter.from_zoo(target)
     calls = tokens = 0
     for p in load_prompts()[::4]:
         ids = tok(p["prompt"], return_tensors="pt").input_ids
-        want = generate(target, ids, None, max_new_tokens=24).tokens
         gen = generate(target, ids, drafter, max_new_tokens=24)
-        assert gen.tokens == want, f"prompt {p['id']}: Medusa changed the greedy output"
         calls, tokens = calls + gen.target_calls, tokens + len(gen.tokens)
     assert tokens / calls > 1.5, f"the shipped heads should help: τ = {tokens / calls:.2f}"
     card = json.loads((MEDUSA_DIR / "config.json").read_text())

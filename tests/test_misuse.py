@@ -2,6 +2,8 @@
 
 * Habits from Hugging Face and slips of the hand: each must raise ONE error whose message names the
   argument and says what to pass instead (pytest.raises(..., match=...) checks the words a learner reads).
+  Every module's bad input lives here: prompts, drafters, sampling settings, and the other calls (BAD_CALLS:
+  mismatched models, saved drafts, the batched loop).
 * Context limits: at prompt + max_new_tokens == the target's context, every drafter must reproduce plain
   greedy decoding and no model may be asked for a position past its table, for a learned-position model
   (GPT-2, which would fail with IndexError) and a rotary one (Llama). A draft with a shorter context drafts
@@ -20,10 +22,14 @@ from transformers import (BatchEncoding, BloomConfig, BloomForCausalLM, GPT2Conf
 
 from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptLookupDrafter, generate, lm,
                          lookahead_generate, masks)
+from specdec_lab.checks import ArgumentError
 from specdec_lab.decoding import generate_naive
-from specdec_lab.sampling import Warp
+from specdec_lab.drafters import Drafter
 from specdec_lab.eagle import EagleNet
 from specdec_lab.medusa import MedusaHeads
+from specdec_lab.sampling import Warp
+from specdec_lab.serving import generate_batch
+from specdec_lab.tree import DraftTree
 
 VOCAB, CONTEXT = 100, 64
 
@@ -34,9 +40,9 @@ def _gpt2(context=CONTEXT, seed=0):
                                       initializer_range=0.2, bos_token_id=None, eos_token_id=None)).eval()
 
 
-def _llama(context=CONTEXT, seed=0):
+def _llama(context=CONTEXT, seed=0, vocab=VOCAB, hidden=32):
     torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
                                         initializer_range=0.2, bos_token_id=None, eos_token_id=None,
                                         pad_token_id=None)).eval()
@@ -74,6 +80,8 @@ def test_a_1d_prompt_is_one_sequence(llama):
     ids = _ids(8)
     assert generate(llama, ids[0], max_new_tokens=6).tokens == generate(llama, ids, max_new_tokens=6).tokens
     assert lookahead_generate(llama, ids[0], 6).tokens == generate(llama, ids, max_new_tokens=6).tokens
+    assert generate_batch(llama, ids.expand(2, -1), max_new_tokens=6).tokens[1] == \
+        generate(llama, ids, max_new_tokens=6).tokens, "to generate_batch a [B, T] tensor is B prompts"
 
 
 def test_swapped_arguments_name_the_order(llama):
@@ -166,6 +174,71 @@ def test_warp_and_lookahead_use_the_same_checks(llama):
     with pytest.raises(ValueError, match=r"gamma .*>= 1, got 0"):
         generate_naive(llama, llama, _ids(8), gamma=0)
     assert generate(llama, [3, 4, 5], max_new_tokens=0).tokens == []  # zero new tokens is a valid request
+
+
+# ---- the other calls: mismatched models, saved drafts, the batched loop -------------------------------------
+
+
+class _Stateful(Drafter):
+    """State per sequence (its own start) and no batch members: generate_batch cannot run it."""
+
+    def start(self, target, ids):
+        self.steps = 0
+
+    def propose(self, ids, warp, limit):
+        return DraftTree.chain([])
+
+
+class _Duck:
+    """The protocol's four members, duck-typed, without the batch members."""
+
+    needs_hidden = False
+    start, commit, propose = Drafter.start, Drafter.commit, _Stateful.propose
+
+
+def _saved_net(folder):
+    """An EAGLE-1 net for the misuse Llama, saved where EagleNet.from_zoo(root=folder) looks; it loads back."""
+    EagleNet(_llama(), 1).save(folder / "eagle1")
+    loaded = EagleNet.from_zoo(_llama(), 1, root=folder)
+    assert loaded.version == 1 and loaded.fc.weight.dtype == torch.float32
+    return folder
+
+
+OK = [[1, 2, 3], [4, 5]]  # two prompts for generate_batch
+
+
+def _batch(m, prompts, drafter=None, **kwargs):
+    return generate_batch(m, prompts, drafter, max_new_tokens=4, **kwargs)
+
+BAD_CALLS = [  # (a call on the misuse Llama m and a fresh folder, the error it raises, words of its message)
+    (lambda m, tmp: generate(m, _ids(8), DraftModelDrafter(_llama(vocab=VOCAB + 4)), max_new_tokens=5), ValueError,
+     "different vocabularies .* use a draft trained with the target's tokenizer"),
+    (lambda m, tmp: generate(m, torch.zeros(1, CONTEXT + 1, dtype=torch.long), max_new_tokens=1), ValueError,
+     f"more than the target's context of {CONTEXT}: keep its last {CONTEXT - 1}"),
+    (lambda m, tmp: generate(m, _ids(8), max_new_tokens=1, temperature=1.0, top_p=0.0), ValueError, "top_p must be in"),
+    (lambda m, tmp: EagleNet(m, 2), ValueError, "version"),
+    (lambda m, tmp: EagleDrafter(EagleNet(m, 1), branching=[2, 1], dynamic=True), ValueError, "dynamic"),
+    (lambda m, tmp: EagleNet.from_zoo(m, 1, root=tmp), FileNotFoundError, "train-zoo --stage eagle"),
+    (lambda m, tmp: generate(_llama(hidden=64), _ids(8), EagleDrafter(EagleNet(m, 1)), max_new_tokens=4), ValueError,
+     "hidden size"),
+    (lambda m, tmp: EagleNet.from_zoo(_llama(hidden=64), 1, root=_saved_net(tmp)), ValueError, "hidden"),
+    (lambda m, tmp: _batch(m, OK, DraftModelDrafter(m, branching=[2, 1])), ArgumentError, "chains only"),
+    (lambda m, tmp: _batch(m, "def f(x):", DraftModelDrafter(m)), ArgumentError, "list of prompts"),
+    (lambda m, tmp: _batch(m, [], None), ArgumentError, "list of prompts"),
+    (lambda m, tmp: _batch(m, ["def f(x):", "import os"], None), ArgumentError, "text"),
+    (lambda m, tmp: _batch(m, [[1, 2], []], None), ArgumentError, "empty"),
+    (lambda m, tmp: _batch(m, OK, DraftModelDrafter(m), gamma=[1, 2, 3]), ArgumentError, "one per prompt"),
+    (lambda m, tmp: _batch(m, OK, None, gamma=2), ArgumentError, "without a drafter"),
+    (lambda m, tmp: _batch(m, OK, _llama(seed=1)), ArgumentError, "DraftModelDrafter"),  # HF's habit
+    (lambda m, tmp: _batch(m, OK, _Stateful()), ArgumentError, "keeps state per sequence"),
+    (lambda m, tmp: _batch(m, OK, _Duck()), ArgumentError, "lacks the batch members"),
+]
+
+
+@pytest.mark.parametrize("call, error, words", BAD_CALLS, ids=[words for _, _, words in BAD_CALLS])
+def test_bad_input_errors(llama, tmp_path, call, error, words):
+    with pytest.raises(error, match=words):
+        call(llama, tmp_path)
 
 
 # ---- context limits --------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""Prompt lookup (Saxena 2023), the n-gram dictionary of notebook 07 and lookahead's n-gram pool (chapter 07)."""
+"""Prompt lookup (Saxena 2023), the n-gram dictionary of notebook 07 and lookahead's n-gram pool (chapter 07).
+The prompt-lookup row's exactness (greedy with EOS and budget, sampling, batching): test_exactness.py."""
 import random
 
 import pytest
 import torch
 
 import specdec_lab
-from specdec_lab import decoding, lm, measure, zoo
+from specdec_lab import decoding, measure
 from specdec_lab.sampling import Warp
 from specdec_lab.drafters import Drafter
 from specdec_lab.ngram import NgramPool, PromptLookupDrafter, ngram_table, prompt_lookup
@@ -92,41 +93,26 @@ def test_pool_keeps_the_g_most_recently_seen():
         NgramPool(n=3, guesses=0)
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    target, _, tok = zoo.load_pair("tiny", device="cpu")
-    return target, tok
-
-
-def test_prompt_lookup_equals_greedy_on_the_suite(tiny):
-    """Every fourth suite prompt (notebook 07 runs all 52)."""
-    target, tok = tiny
-    wrong, taus = [], {}
+def test_prompt_lookup_helps_on_copy_heavy_prompts(pair):
+    """τ on every fourth suite prompt (notebook 07 runs all 52)."""
+    target, _, tok = pair
+    taus = {}
     for p in load_prompts()[::4]:
         ids = tok(p["prompt"], return_tensors="pt").input_ids
-        want = decoding.generate(target, ids, None, max_new_tokens=40, eos_token_id=tok.eos_token_id).tokens
         gen = decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=40, eos_token_id=tok.eos_token_id)
-        if gen.tokens != want:
-            wrong.append(p["id"])
         taus.setdefault(p["category"], []).append(gen.tau)
-    assert not wrong, f"prompt lookup differs from greedy decoding on {wrong}"
     assert sum(taus["edit"]) / len(taus["edit"]) > 1.5, "copy-heavy prompts should accept many copied tokens"
 
 
-def test_prompt_lookup_equals_hf_greedy_and_stops_at_eos(tiny):
-    target, tok = tiny
+def test_hf_prompt_lookup_is_exact_too(pair):
+    target, _, tok = pair
     ids = tok(load_prompts("edit")[0]["prompt"], return_tensors="pt").input_ids
-    want = measure.hf_generate(target, ids, 30).tolist()
-    assert decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=30).tokens == want
-    eos = want[17]  # a token greedy decoding produces: declared EOS, decoding must stop right after it
-    gen = decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=30, eos_token_id=eos)
-    assert gen.tokens == want[:want.index(eos) + 1]
-    hf = measure.hf_generate(target, ids, 30, prompt_lookup_num_tokens=10).tolist()
-    assert hf == want, "Hugging Face's prompt lookup is exact too"
+    want = decoding.generate(target, ids, None, max_new_tokens=30).tokens
+    assert measure.hf_generate(target, ids, 30, prompt_lookup_num_tokens=10).tolist() == want
 
 
-def test_prompt_lookup_samples_within_the_budget(tiny):
-    target, tok = tiny
+def test_prompt_lookup_samples_within_the_budget(pair):
+    target, _, tok = pair
     ids = tok(load_prompts("edit")[1]["prompt"], return_tensors="pt").input_ids
     gen = decoding.generate(target, ids, PromptLookupDrafter(), max_new_tokens=25, temperature=0.8,
                             generator=torch.Generator().manual_seed(0))

@@ -4,14 +4,9 @@ import itertools
 import pytest
 import torch
 
-from specdec_lab import DraftModelDrafter, EagleDrafter, economics, generate, measure, tree, tune, zoo
+from specdec_lab import DraftModelDrafter, EagleDrafter, economics, generate, measure, tree, tune
 from specdec_lab.checks import ArgumentError
 from specdec_lab.eagle import EagleNet
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return zoo.load_pair("tiny", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +160,8 @@ def test_tuned_drafters_tune_once_and_stay_exact(pair, net):
     assert pick is chain_pick and again is not chain  # the pick is remembered per (models, device, threads)
 
 
-def test_auto_settings_name_the_tuner():
-    target, draft, _ = zoo.load_pair("tiny")
+def test_auto_settings_name_the_tuner(pair):
+    target, draft, _ = pair
     for kwargs in ({"gamma": "auto"}, {"branching": "auto"}, {"gamma": "fast"}):
         with pytest.raises(ArgumentError, match=r"tune\.auto_draft_model\(target, draft"):
             DraftModelDrafter(draft, **kwargs)

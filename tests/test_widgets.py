@@ -132,13 +132,6 @@ def test_run_button_is_busy_while_it_runs(monkeypatch):
 PROMPT = "def add(a, b):\n    "
 
 
-@pytest.fixture(scope="module")
-def pair():
-    from specdec_lab import zoo
-
-    return zoo.load_pair("tiny", device="cpu")
-
-
 def passes(tokens, accept_lengths):
     """generate's tokens split into what each target pass emitted: its accepted drafts and one token (the
     last pass may be cut short by EOS or the budget)."""

@@ -15,11 +15,6 @@ LOSS_TOL = 0.02  # nats/token: the same weights on the same windows; allows othe
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return zoo.load_pair("tiny", device="cpu")
-
-
-@pytest.fixture(scope="module")
 def val_ids(pair):
     _, val_files = train_zoo.corpus_files()
     return train_zoo.token_stream(train_zoo.read_texts(val_files), pair[2])
