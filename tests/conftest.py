@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+
 # Test files share models and checks through tests/helpers.py (`from helpers import ...`). pytest's default
 # import mode puts this folder on sys.path already; saying it here keeps that true under any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import helpers  # noqa: E402
 
 # Two pytest workers share the machine's cores with the Jupyter kernels and commands they start. A process with
 # several torch threads next to a busy one waits at every operation for a thread that is not running: with both
@@ -32,6 +34,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session", name="small_vocab_pair")
+def small_vocab_pair_fixture():
+    """helpers.small_vocab_pair(), once per worker (the loops' sampling tests share it)."""
+    return helpers.small_vocab_pair()
 
 
 @pytest.fixture(scope="session")

@@ -141,3 +141,18 @@ def assert_grades(check, answer, hint, capsys):
     else:
         with pytest.raises(AssertionError, match=re.escape(hint)):
             check(*args)
+
+
+# The two sampling settings the loops' own chi-square tests run (test_decoding, test_serving), on the small-vocabulary
+# pair below: plain T = 1, and a lower temperature with top-p.
+SAMPLING_SETTINGS = [dict(temperature=1.0), dict(temperature=0.7, top_p=0.8)]
+
+
+def settings_id(settings: dict) -> str:
+    return "-".join(f"{k}={v}" for k, v in settings.items())
+
+
+def small_vocab_pair():
+    """A one-layer target over 8 tokens and a noisy copy as its draft: every continuation countable."""
+    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    return target, noisy_copy(target, 0.5, seed=11)

@@ -15,7 +15,8 @@ import math
 
 import pytest
 import torch
-from helpers import RUNS, VOCAB, exact_first_tokens, follows_target, noisy_copy, prompt_ids, tiny_llama
+from helpers import (RUNS, SAMPLING_SETTINGS, VOCAB, exact_first_tokens, follows_target, noisy_copy, prompt_ids,
+                     settings_id, tiny_llama)
 
 from specdec_lab import DraftModelDrafter, Generation, bench, generate, lineup, lm, measure, report, viz
 from specdec_lab.decoding import generate_naive
@@ -164,14 +165,7 @@ def test_target_cache_bug_changes_text(pair, monkeypatch):
 # ---- sampling: exactly the target's distribution --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def small_vocab_pair():
-    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
-    return target, noisy_copy(target, 0.5, seed=11)
-
-
-@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.8)],
-                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+@pytest.mark.parametrize("settings", SAMPLING_SETTINGS, ids=settings_id)
 def test_sampling_matches_target_distribution(small_vocab_pair, settings):
     target, draft = small_vocab_pair
     ids, g, drafter = torch.tensor([[1, 5, 2]]), torch.Generator().manual_seed(2024), DraftModelDrafter(draft, 2)

@@ -12,7 +12,7 @@
 """
 import pytest
 import torch
-from helpers import exact_first_tokens, follows_target, noisy_copy, prompt_ids, tiny_llama
+from helpers import SAMPLING_SETTINGS, exact_first_tokens, follows_target, noisy_copy, prompt_ids, settings_id, tiny_llama
 
 from specdec_lab import DraftModelDrafter, generate, lm, sampling
 from specdec_lab.drafters import Drafter
@@ -95,14 +95,7 @@ def test_random_models_greedy_identity_with_eos(pair, make):
     assert out.steps == max(g.target_calls for g in out.rows)
 
 
-@pytest.fixture(scope="module")
-def small_vocab_pair():
-    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
-    return target, noisy_copy(target, 0.5, seed=11)
-
-
-@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.8)],
-                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+@pytest.mark.parametrize("settings", SAMPLING_SETTINGS, ids=settings_id)
 def test_batched_sampling_matches_target_distribution(small_vocab_pair, settings):
     target, draft = small_vocab_pair
     short, long = [1, 5, 2], [3, 0, 6, 6, 1, 7, 4]
