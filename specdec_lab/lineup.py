@@ -131,14 +131,14 @@ METHODS: list[Row] = [
         greedy_only="greedy only (its Jacobi window and n-gram check compare argmaxes)"),
 ]
 
-_LOAD = {"medusa": MedusaHeads.from_pretrained, "eagle1": EagleNet.from_pretrained, "eagle3": EagleNet.from_pretrained}
-
 
 def kit(target, draft, heads: dict | None = None, gamma: int = 3, branching: Sequence[int] = (2, 2, 1, 1)) -> Kit:
     """The rows' materials for this pair: heads {kind: folder} (None: `train_heads.find(target)`, the zoo's for the zoo
     target, else what `specdec-lab train-heads` trained for it), each loaded once per target and folder."""
     heads = trained.find(target) if heads is None else heads
-    return Kit(target, draft, {m: _loaded(target, folder, _LOAD[m]) for m, folder in heads.items()}, gamma,
+    load = {m: MedusaHeads.from_pretrained if recipe.version is None else EagleNet.from_pretrained
+            for m, recipe in trained.RECIPES.items()}
+    return Kit(target, draft, {m: _loaded(target, folder, load[m]) for m, folder in heads.items()}, gamma,
                tuple(branching))
 
 

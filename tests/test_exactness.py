@@ -207,3 +207,14 @@ def test_a_new_drafter_is_one_row(pair, kit, plain, exact, monkeypatch):
     assert all(v.startswith("no equivalent") for v in lineup.engine_settings(Toy()).values())
     for check in (check_greedy, check_sampling, check_seeded, check_batch):
         check(toy, kit, plain, exact)
+
+
+def test_the_registry_is_consistent(kit):
+    """Names unique; each trained module a row needs is a recipe `train-heads` trains and the zoo ships; every class
+    `engine_settings` looks rows up by is a drafter some row makes."""
+    assert len(set(NAMES)) == len(NAMES), NAMES
+    needs = {row.needs for row in lineup.METHODS if row.needs}
+    assert needs <= set(lineup.trained.RECIPES) and needs <= set(kit.nets), (needs, set(kit.nets))
+    for row in lineup.METHODS:
+        if row.make is not None and row.kind is not None:
+            assert isinstance(row.make(kit), row.kind), row.name
