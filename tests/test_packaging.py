@@ -127,3 +127,11 @@ def test_readme_badges_point_at_the_repository():
     for repo, path in badges:
         assert repo == owner_repo, f"README badge for {path} points at {repo}, REPO_URL says {owner_repo}"
         assert (ROOT / path).exists(), f"README badge points at {path}, which does not exist"
+
+
+def test_the_lowest_versions_slice_names_test_files_that_exist():
+    """tools/lowest.sh runs a list of test files under the lowest versions; a renamed file would leave it with
+    nothing to run (pytest exits 5 and CI fails only at its very end)."""
+    script = (ROOT / "tools" / "lowest.sh").read_text()
+    files = re.findall(r"tests/test_\w+\.py", script)
+    assert files and all((ROOT / f).exists() for f in files), [f for f in files if not (ROOT / f).exists()]

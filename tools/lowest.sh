@@ -24,5 +24,5 @@ echo "+ pip install (lowest)" $reqs
 print('lowest: torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers',
       tokenizers.__version__, 'numpy', numpy.__version__)"
 "$venv/bin/python" -m pytest -p no:cacheprovider -o addopts="" -q -p no:benchmark -n 2 --dist loadfile \
-  tests/test_eagle.py tests/test_medusa.py tests/test_heads.py tests/test_training.py tests/test_lm.py \
-  tests/test_decoding.py tests/test_serving.py tests/test_identity.py
+  tests/test_eagle.py tests/test_medusa.py tests/test_train_heads.py tests/test_training.py tests/test_lm.py \
+  tests/test_decoding.py tests/test_serving.py tests/test_identity.py tests/test_exactness.py
