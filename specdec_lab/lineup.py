@@ -170,8 +170,9 @@ def engine_settings(drafter, model: str = "<draft>") -> dict[str, str]:
         return dict.fromkeys(engines.ENGINES, "leave speculative decoding off")
     row = next((r for r in METHODS if r.kind is not None and isinstance(drafter, r.kind)), None)
     if row is None:
-        raise checks.ArgumentError(f"no engine mapping for {type(drafter).__name__}: expected None or the drafter of a row of "
-                        "lineup.METHODS (" + ", ".join(sorted({r.kind.__name__ for r in METHODS if r.kind})) + ")")
+        kinds = ", ".join(sorted({r.kind.__name__ for r in METHODS if r.kind}))
+        raise checks.ArgumentError(f"no engine mapping for {type(drafter).__name__}: expected None or the drafter of a "
+                                   f"row of lineup.METHODS ({kinds})")
     if row.engines is None:
         return dict.fromkeys(engines.ENGINES, f"{engines.NONE}: no engine runs {type(drafter).__name__}")
     return row.engines(drafter, model)
@@ -234,9 +235,9 @@ def showdown_methods(target, draft, max_new_tokens: int = 64, temperature: float
     for row in METHODS:
         if row.extra and not small_tree:
             continue
-        methods[row.name.format(**k.names())] = (_why_not(row, k, temperature) or
-                                                 _method(row, k, max_new_tokens, temperature, eos_token_id))
-        if auto and row.tuned and not _why_not(row, k, temperature):
+        why = _why_not(row, k, temperature)
+        methods[row.name.format(**k.names())] = why or _method(row, k, max_new_tokens, temperature, eos_token_id)
+        if auto and row.tuned and not why:
             drafter, name = row.tuned(k)  # measured here, once (remembered); generate's start() resets it
             methods[name] = _method(row, k, max_new_tokens, temperature, eos_token_id, drafter)
     if drafting is not None:  # whatever drafts: the draft model (HF's assistant too), heads, nets, the LM head they read

@@ -31,17 +31,8 @@ from transformers import AutoTokenizer
 
 from specdec_lab import checks, decoding, lm, measure, sampling
 from specdec_lab.drafters import Drafter, DraftModelDrafter
-from specdec_lab.economics import (
-    QWEN25_7B_ON_H100,
-    Roofline,
-    expected_tokens,
-    level_hit_rates,
-    optimal_gamma,
-    speedup,
-    tree_expected_tokens,
-    tree_nodes,
-    tree_speedup,
-)
+from specdec_lab.economics import (QWEN25_7B_ON_H100, Roofline, expected_tokens, level_hit_rates, optimal_gamma,
+                                   speedup, tree_expected_tokens, tree_nodes, tree_speedup)
 from specdec_lab.sampling import Warp
 
 __all__ = ["explorer", "speedup_grid", "summary", "tree_shape", "tree_summary",

@@ -143,6 +143,15 @@ def assert_grades(check, answer, hint, capsys):
             check(*args)
 
 
+def grader_tests(wrong=(), right=()):
+    """A test over a grader table (`grader_table`), each row through `assert_grades`: a file's whole grader test is
+    `test_graders = grader_tests(WRONG, RIGHT)`."""
+    @grader_table(wrong, right)
+    def test_graders(check, answer, hint, capsys):
+        assert_grades(check, answer, hint, capsys)
+    return test_graders
+
+
 # The two sampling settings the loops' own chi-square tests run (test_decoding, test_serving), on the small-vocabulary
 # pair below: plain T = 1, and a lower temperature with top-p.
 SAMPLING_SETTINGS = [dict(temperature=1.0), dict(temperature=0.7, top_p=0.8)]

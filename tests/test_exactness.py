@@ -133,24 +133,14 @@ def check_batch(row, k, plain, exact):
     assert out.tokens == want, f"{row.name}: batched rows differ from plain decoding"
 
 
-@pytest.mark.parametrize("row", ROWS, ids=NAMES)
-def test_greedy_is_plain_decoding(row, kit, plain):
-    check_greedy(row, kit, plain, None)
+CHECKS = {"greedy is plain decoding": check_greedy, "sampling follows the target": check_sampling,
+          "seeded runs repeat": check_seeded, "batched rows are plain decoding": check_batch}
 
 
 @pytest.mark.parametrize("row", ROWS, ids=NAMES)
-def test_sampling_follows_the_target(row, kit, exact):
-    check_sampling(row, kit, None, exact)
-
-
-@pytest.mark.parametrize("row", ROWS, ids=NAMES)
-def test_seeded_runs_repeat(row, kit, exact):
-    check_seeded(row, kit, None, exact)
-
-
-@pytest.mark.parametrize("row", ROWS, ids=NAMES)
-def test_batched_rows_are_plain_decoding(row, kit, plain):
-    check_batch(row, kit, plain, None)
+@pytest.mark.parametrize("check", CHECKS.values(), ids=CHECKS)
+def test_every_row_keeps_the_contract(check, row, kit, plain, exact):
+    check(row, kit, plain, exact)
 
 
 # ---- the sampling test has power ------------------------------------------------------------------------------
@@ -205,7 +195,7 @@ def test_a_new_drafter_is_one_row(pair, kit, plain, exact, monkeypatch):
     batched = lineup.batch_methods(target, draft, max_new_tokens=NEW, eos_token_id=eos)
     assert batched["toy"](prompts)[0] == want, "the batched showdown runs it"
     assert all(v.startswith("no equivalent") for v in lineup.engine_settings(Toy()).values())
-    for check in (check_greedy, check_sampling, check_seeded, check_batch):
+    for check in CHECKS.values():
         check(toy, kit, plain, exact)
 
 

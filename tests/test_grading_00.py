@@ -1,6 +1,6 @@
 """Chapter 00's graders: the solution passes, the exercise's stubs and typical unit slips fail with a hint."""
 import pytest
-from helpers import assert_grades, exercise_functions, grader_table
+from helpers import exercise_functions, grader_tests
 
 from specdec_lab import grading
 
@@ -53,6 +53,4 @@ WRONG = [
 ]
 
 
-@grader_table(WRONG)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG)

@@ -4,7 +4,7 @@ import re
 
 import pytest
 import torch
-from helpers import STUB_HINT, assert_grades, grader_table, stub
+from helpers import STUB_HINT, assert_grades, grader_table, grader_tests, stub
 
 from specdec_lab import economics, grading
 
@@ -114,9 +114,7 @@ RIGHT = [
 ]
 
 
-@grader_table(WRONG, RIGHT)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG, RIGHT)
 
 
 def test_sweep_numbers_printed(capsys):

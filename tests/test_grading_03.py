@@ -1,6 +1,6 @@
 """Chapter 03's graders: they pass right answers and name the mistake in wrong ones."""
 import torch
-from helpers import assert_grades, grader_table, stub_rows
+from helpers import grader_tests, stub_rows
 
 from specdec_lab import grading, lm, measure
 from specdec_lab.sampling import residual
@@ -159,6 +159,4 @@ RIGHT = [
 ]
 
 
-@grader_table(WRONG, RIGHT)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG, RIGHT)

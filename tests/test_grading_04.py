@@ -1,6 +1,6 @@
 """Chapter 04's graders: they pass right answers and name the mistake in wrong ones."""
 import torch
-from helpers import STUB_HINT, assert_grades, grader_table, stub, stub_rows
+from helpers import STUB_HINT, grader_tests, stub, stub_rows
 
 from specdec_lab import grading, lm, tree
 from specdec_lab.economics import QWEN25_7B_ON_H100 as GPU
@@ -171,6 +171,4 @@ RIGHT = [
 ]
 
 
-@grader_table(WRONG, RIGHT)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG, RIGHT)

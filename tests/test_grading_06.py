@@ -1,6 +1,6 @@
 """Chapter 06's graders: they pass right answers and name the mistake in wrong ones."""
 import torch
-from helpers import assert_grades, grader_table, stub_rows
+from helpers import grader_tests, stub_rows
 
 from specdec_lab import grading, lm
 from specdec_lab.eagle import expand_step
@@ -142,6 +142,4 @@ RIGHT = [
 ]
 
 
-@grader_table(WRONG, RIGHT)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG, RIGHT)

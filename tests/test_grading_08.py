@@ -1,5 +1,5 @@
 """Chapter 08's graders: they pass right answers and name the mistake in wrong ones."""
-from helpers import assert_grades, grader_table, stub_rows
+from helpers import grader_tests, stub_rows
 
 from specdec_lab import grading
 from specdec_lab.economics import expected_tokens
@@ -104,6 +104,4 @@ RIGHT = [
 ]
 
 
-@grader_table(WRONG, RIGHT)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG, RIGHT)

@@ -1,7 +1,7 @@
 """Chapter 09's graders: they pass right answers and name the mistake in wrong ones; the commit grader's reference
 is what serving.generate_batch does."""
 import torch
-from helpers import assert_grades, grader_table, noisy_copy, prompt_ids, stub_rows, tiny_llama
+from helpers import grader_tests, noisy_copy, prompt_ids, stub_rows, tiny_llama
 
 from specdec_lab import grading, lm
 from specdec_lab.drafters import DraftModelDrafter
@@ -117,9 +117,7 @@ RIGHT = [
 ]
 
 
-@grader_table(WRONG, RIGHT)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG, RIGHT)
 
 
 def test_choose_gamma_cases_have_no_near_ties():

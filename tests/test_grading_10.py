@@ -5,7 +5,7 @@ notebook runs it whole.
 """
 import pytest
 import torch
-from helpers import assert_grades, exercise_functions, grader_table
+from helpers import exercise_functions, grader_tests
 
 from specdec_lab import grading
 from specdec_lab.decoding import generate
@@ -144,9 +144,7 @@ WRONG = [
 ]
 
 
-@grader_table(WRONG)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG)
 
 
 def _proposals(drafter, target, prompts):

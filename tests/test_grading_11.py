@@ -1,6 +1,6 @@
 """Chapter 11's graders: they pass right answers and name the mistake in wrong ones."""
 import torch
-from helpers import assert_grades, grader_table
+from helpers import grader_tests
 
 from specdec_lab import grading, measure
 from specdec_lab.decoding import generate
@@ -125,6 +125,4 @@ RIGHT = [
 ]
 
 
-@grader_table(WRONG, RIGHT)
-def test_graders(check, answer, hint, capsys):
-    assert_grades(check, answer, hint, capsys)
+test_graders = grader_tests(WRONG, RIGHT)

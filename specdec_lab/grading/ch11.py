@@ -24,19 +24,8 @@ import torch
 from specdec_lab import measure
 from specdec_lab.decoding import generate
 from specdec_lab.drafters import DraftModelDrafter
-from specdec_lab.grading._common import (
-    P_VALUE_MIN,
-    call,
-    check,
-    chi_square,
-    counts_of,
-    fmt,
-    grader,
-    number,
-    one_thread,
-    passed,
-    seeded,
-)
+from specdec_lab.grading._common import (P_VALUE_MIN, call, check, chi_square, counts_of, fmt, grader, number,
+                                         one_thread, passed, seeded)
 from specdec_lab.grading.ch02 import _pair as _tiny  # the zoo's tiny pair: the graders' default model
 from specdec_lab.prompts import load_prompts
 
