@@ -252,7 +252,7 @@ def test_zoo_eagle_helps_and_eagle2_beats_medusa(pair):
     if (MEDUSA_DIR / "heads.safetensors").exists():
         drafters["Medusa"] = MedusaDrafter.from_zoo(target)
     calls, tokens = dict.fromkeys(drafters, 0), dict.fromkeys(drafters, 0)
-    for p in load_prompts()[::6]:  # 9 prompts over the three categories; the notebook runs all 52
+    for p in load_prompts()[::6]:  # 9 prompts over the three categories; notebook 06 runs every fourth
         ids = tok(p["prompt"], return_tensors="pt").input_ids
         for name, drafter in drafters.items():
             gen = generate(target, ids, drafter, max_new_tokens=24)

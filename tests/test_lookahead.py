@@ -45,7 +45,7 @@ def test_jacobi_iteration_updates_every_slot_from_the_old_guess(pair):
 
 
 def test_lookahead_needs_fewer_passes_than_tokens(pair):
-    """τ on every fourth suite prompt (notebook 07 runs all 52)."""
+    """τ on every fourth suite prompt (notebook 07 checks every second)."""
     target, _, tok = pair
     assert specdec_lab.lookahead_generate is lookahead_generate
     calls = tokens = 0

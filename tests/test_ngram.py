@@ -94,7 +94,7 @@ def test_pool_keeps_the_g_most_recently_seen():
 
 
 def test_prompt_lookup_helps_on_copy_heavy_prompts(pair):
-    """τ on every fourth suite prompt (notebook 07 runs all 52)."""
+    """τ on every fourth suite prompt (notebook 07 checks every second)."""
     target, _, tok = pair
     taus = {}
     for p in load_prompts()[::4]:

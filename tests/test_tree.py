@@ -204,7 +204,7 @@ def test_draft_tree_levels_match_per_path_top_k(pair):
 
 @pytest.mark.skipif(not (zoo.EMBEDDED["tiny"] / "target" / "model.safetensors").exists(), reason="zoo not trained")
 def test_zoo_tree_beats_the_chain_on_the_suite():
-    """τ of the chain and the chapter's tree on every eighth suite prompt (notebook 04 runs them on all 52)."""
+    """τ of the chain and the chapter's tree on every eighth suite prompt (notebook 04 runs them on every fourth)."""
     from specdec_lab.prompts import load_prompts
 
     target, draft, tok = zoo.load_pair("tiny")  # not this file's `pair` (random models)
