@@ -65,10 +65,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # The longest test files, in seconds within the whole test command on a 2-core AMD EPYC with native bf16 (a clean
 # clone, `pytest --junitxml=times.xml`, then `python tools/test_times.py times.xml`; rounded). Files not listed take a
 # few seconds or less. Only the order they give matters.
-TEST_SECONDS = {"test_real_model.py": 211, "test_exactness.py": 73, "test_notebooks.py": 62, "test_bench.py": 41,
-                "test_browser.py": 37, "test_grading_03.py": 32, "test_grading_11.py": 24, "test_decoding.py": 23,
-                "test_sampling.py": 22, "test_identity.py": 22, "test_tune.py": 20, "test_eagle.py": 19,
-                "test_chat.py": 15, "test_architectures.py": 15, "test_grading_10.py": 14}
+TEST_SECONDS = {"test_real_model.py": 141, "test_exactness.py": 67, "test_notebooks.py": 60, "test_bench.py": 40,
+                "test_grading_03.py": 36, "test_browser.py": 34, "test_decoding.py": 22, "test_grading_11.py": 22,
+                "test_sampling.py": 21, "test_tune.py": 19, "test_eagle.py": 18, "test_chat.py": 15,
+                "test_identity.py": 15, "test_architectures.py": 14, "test_grading_10.py": 13}
 
 
 def _recorded_seconds(path: Path) -> float:
