@@ -83,8 +83,9 @@ def test_every_method_of_the_registry_equals_greedy_decoding_on_chat_prompts(rea
         for row in lineup.METHODS:
             gen = (row.loop(model, ids, NEW, eos) if row.loop else
                    generate(model, ids, row.make(kit), max_new_tokens=NEW, eos_token_id=eos))
-            same.setdefault(row.name.format(**kit.names()), []).append(gen.tokens == want)
-            tau.setdefault(row.name.format(**kit.names()), []).append(round(gen.tau, 2))
+            name = row.name.format(**kit.names())
+            same.setdefault(name, []).append(gen.tokens == want)
+            tau.setdefault(name, []).append(round(gen.tau, 2))
         answers[p["id"]] = tok.decode(want)
     counts = {name: f"{sum(v)}/{len(v)}, τ {tau[name]}" for name, v in same.items()}
     print(f"greedy identity on {len(PROMPTS)} prompts ({ended} ended at <|im_end|>): {counts}")
