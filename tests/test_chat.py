@@ -48,7 +48,8 @@ def test_shipped_answers_start_the_cache_only_for_the_weights_that_wrote_them(tm
     monkeypatch.setattr(chat, "SHIPPED", tmp_path / "shipped")
     chat.SHIPPED.mkdir()
     (chat.SHIPPED / "m.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
-    (chat.SHIPPED / "m.json").write_text(json.dumps(weights.fingerprint(model)))
+    made_by = {**weights.fingerprint(model), "target": "models/m"}  # the same weights, read from another folder
+    (chat.SHIPPED / "m.json").write_text(json.dumps(made_by))
     assert not chat.shipped_answers(other, "m", tmp_path / "other.jsonl"), "other weights answer for themselves"
     assert not (tmp_path / "other.jsonl").exists()
     assert chat.shipped_answers(model, "m", tmp_path / "mine.jsonl")
