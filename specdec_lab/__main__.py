@@ -275,15 +275,22 @@ def train_heads(args) -> int:
     out = args.out or default_folder(target.config.name_or_path, args.method)
     try:
         train(target, tok, args.method, out, args.minutes, args.data, args.lm_head, steps=args.steps,
-              windows=args.windows)
+              windows=args.windows, init=args.init)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
         return 130
     except ValueError as e:  # text that cannot train this target (no chat template, too short)
         print(f"specdec-lab train-heads: error: {e}", file=sys.stderr)
         return 2
-    kind = "MedusaDrafter" if args.method == "medusa" else "EagleDrafter"
-    print(f"load it with: {kind}.from_pretrained(target, {json.dumps(str(out))})")
+    if args.method == "draft":
+        print(f"load it with: DraftModelDrafter(draft_models.load_distilled(target, {json.dumps(str(out))}), gamma=3)"
+              + (f"; zoo.load_pair({args.target!r}) returns it as the pair's draft" if name in zoo.MODELS else ""))
+    else:
+        if args.method == "block":
+            print(f"load it with: BlockDrafter(BlockNet.from_pretrained(target, {json.dumps(str(out))}), gamma=4)")
+        else:
+            kind = "MedusaDrafter" if args.method == "medusa" else "EagleDrafter"
+            print(f"load it with: {kind}.from_pretrained(target, {json.dumps(str(out))})")
     return 0
 
 
@@ -361,15 +368,17 @@ def bench_all(args) -> int:
 
     if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
         from specdec_lab import precision, zoo
+        from specdec_lab.draft_models import DraftHead
 
         device = zoo.check_device(args.device or zoo.default_device())
         dtype = args.dtype or precision.decoding_dtype(device)  # bf16 where native: a pass over a few tokens ~ a step
-        target, draft, tok = zoo.load_pair(args.target, device=device, dtype=dtype)  # its first layers draft
+        target, draft, tok = zoo.load_pair(args.target, device=device, dtype=dtype)  # a distilled draft or an early exit
         held = sorted(chat.held_out(args.category), key=lambda p: int(p["id"].rsplit("-", 1)[1]))  # categories take turns
         prompts, template = held[:args.limit], True
         args.pair = args.target
-        print(f"the draft model: {args.target}'s first {zoo.EARLY_EXIT} layers (an early exit, untrained); "
-              f"{precision.cpu_name() if device == 'cpu' else device}")
+        what = (f"{len(draft.model.layers)} layers distilled from it (train-heads --method draft)"
+                if isinstance(draft.lm_head, DraftHead) else f"first {zoo.EARLY_EXIT} layers (an early exit, untrained)")
+        print(f"the draft model: {args.target}'s {what}; {precision.cpu_name() if device == 'cpu' else device}")
     else:
         target, draft, tok = _load(args)
         prompts, template = load_prompts(args.category)[:args.limit], False
@@ -466,11 +475,14 @@ def main(argv=None) -> int:
     tz.add_argument("--stage", choices=["all", "models", "medusa", "eagle"], default="all",
                     help="all (default); models: tokenizer, target, draft; medusa: only the Medusa heads; "
                          "eagle: only the EAGLE-1 and EAGLE-3 drafts")
-    th = sub.add_parser("train-heads", help="train Medusa heads or an EAGLE-1/EAGLE-3 draft for any causal LM",
+    th = sub.add_parser("train-heads", help="train Medusa heads, an EAGLE-1/EAGLE-3 draft or a draft model distilled "
+                        "from the target, for any causal LM",
                         description=heads_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
     th.add_argument("--target", required=True, help="tiny (the zoo's target), smollm2-135m-instruct (a real model, "
                     "offline), a Hugging Face id or a local folder")
-    th.add_argument("--method", required=True, choices=["medusa", "eagle1", "eagle3"])
+    th.add_argument("--method", required=True, choices=["medusa", "eagle1", "eagle3", "block", "draft"],
+                    help="block: EAGLE-1's draft drafting 4 tokens in one forward; draft: a few of the target's own "
+                    "layers trained on its distributions (a draft model)")
     th.add_argument("--device", type=device_name, help="cpu, cuda, ... (default: cuda when available, else cpu)")
     th.add_argument("--minutes", type=positive_float, help="time budget of the whole run, caching included (default: "
                     "the full recipe, however long it takes)")
@@ -483,6 +495,8 @@ def main(argv=None) -> int:
     th.add_argument("--windows", type=positive_int, help="training windows of 256 tokens (default: the recipe's)")
     th.add_argument("--lm-head", choices=["own", "shared"], default="own", help="Medusa: each head its own LM head "
                     "initialised from the target's (own, as published; the default) or the target's, frozen (shared)")
+    th.add_argument("--init", choices=["eagle1"], help="block: start from this target's trained EAGLE-1 draft (its "
+                    "layer; the placeholders start fresh), found where train-heads saved it or shipped")
     th.add_argument("--threads", type=positive_int, help="CPU threads (default: torch's own choice)")
     bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
     bench_arguments(bench)
@@ -502,6 +516,8 @@ def main(argv=None) -> int:
     if args.cmd == "train-heads":
         if args.lm_head == "shared" and args.method != "medusa":
             th.error("--lm-head belongs to --method medusa (EAGLE drafts always read the target's own LM head)")
+        if args.init and args.method != "block":
+            th.error("--init eagle1 belongs to --method block (a block drafter is EAGLE-1's draft plus placeholders)")
         return train_heads(args)
     if args.cmd == "bench":
         import torch

@@ -36,7 +36,8 @@ def show(value) -> str:
     if isinstance(value, type):
         return f"the class {value.__name__}"
     if isinstance(value, nn.Module):
-        return f"a {type(value).__name__}"
+        name = type(value).__name__
+        return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
     if isinstance(value, (tuple, list)) and any(isinstance(v, (nn.Module, Tensor)) for v in value):
         return f"a {type(value).__name__} of {', '.join(type(v).__name__ for v in value)}"
     return reprlib.repr(value)

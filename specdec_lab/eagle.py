@@ -43,8 +43,8 @@ from specdec_lab.ragged import Ragged
 from specdec_lab.sampling import Warp
 from specdec_lab.tree import DraftTree, TreeBuilder
 
-__all__ = ["RMSNorm", "DraftLayer", "EagleNet", "EagleDrafter", "rope", "fuse_layers", "expand_step",
-           "select_nodes", "EAGLE_DIR"]
+__all__ = ["RMSNorm", "DraftLayer", "EagleNet", "EagleDrafter", "BlockNet", "BlockDrafter", "rope", "fuse_layers",
+           "expand_step", "select_nodes", "EAGLE_DIR"]
 
 EAGLE_DIR = Path(__file__).parent / "data" / "zoo" / "tiny"  # eagle1/ and eagle3/ live here
 
@@ -419,3 +419,87 @@ class EagleDrafter(Drafter):
         ids, positions, mask = self.rows.block(tokens, weight.device)
         out = self.net(feature, ids, positions, mask[:, None], self.rows.cache)  # [B', width, H]
         self.row_true, self.roots = [k + j for k, j in zip(n_true, m)], out[:, -1:]  # roots [B', 1, H]
+
+
+# ---- a block drafter: gamma tokens from one forward (chapter 12; the PARD and DFlash idea) ----------------------
+
+
+class BlockNet(EagleNet):
+    """EAGLE-1's draft with learned placeholder vectors, one per depth: after the true pairs, the root pair's output
+    predicts the first draft (as EAGLE's), and the placeholders for depths 2, 3, ... after it predict the next
+    tokens, ALL IN ONE FORWARD: each placeholder sees the true pairs, the root and the placeholders before it
+    (causal), never a drafted token. The tokens it proposes at different depths do not read each other; placeholder
+    j learns what the position j tokens ahead should hold. Trained with EAGLE's training-time-test mask
+    (`training.unroll`), placeholder j as the input of step j: step j at position p is the depth-j guess of root
+    p - j. `depths` placeholders draft up to depths + 1 tokens per pass."""
+
+    def __init__(self, target, heads: int = 4, mlp: int = 512, draft_vocab: int | None = None, depths: int = 3):
+        super().__init__(target, 1, heads, mlp, None, draft_vocab)
+        self.placeholder = nn.Parameter(torch.randn(depths, self.hidden) * 0.02)  # [depths, H]
+
+    def save(self, path: Path | str, meta: dict | None = None) -> None:
+        """block.safetensors (bfloat16) and config.json."""
+        info = {"hidden": self.hidden, "heads": self.num_heads, "mlp": self.mlp, "vocab": self._lm_head.out_features,
+                "draft_vocab": None if self.d2t is None else len(self.d2t), "depths": len(self.placeholder)}
+        weights.save(self, path, "block", {**info, **(meta or {})})
+
+    @classmethod
+    def from_pretrained(cls, target, folder: Path | str) -> BlockNet:
+        """A block drafter saved in `folder` for this target by `specdec-lab train-heads --method block`."""
+        checks.model(target, "target", "pass the target model the block drafter was trained for")
+        meta = weights.read_config(folder, target, "block")
+        net = cls(target, meta["heads"], meta["mlp"], meta.get("draft_vocab"), meta["depths"])
+        return weights.load(net, folder, "block", target)
+
+    def placeholders(self, depth: Tensor, positions: Tensor, mask: Tensor | None = None, cache=None,
+                     batch: int = 1) -> Tensor:
+        """Placeholders of depths [n] (0: the second token drafted) at positions [n] -> outputs [batch, n, H]
+        (mask None: causal after the cache)."""
+        x = self.placeholder[depth].expand(batch, len(depth), self.hidden)  # [B, n, H]
+        return self.layer(x, positions, mask, cache)
+
+
+class BlockDrafter(EagleDrafter):
+    """Drafts a chain of gamma tokens with a BlockNet in ONE forward per round (EAGLE's chain of gamma takes gamma):
+    the forward that reads the pairs the target just verified carries gamma - 1 placeholders after them, so the last
+    pair's output (the root) and the placeholders' outputs are the block's gamma guesses. Greedy: each depth's top-1.
+    Sampling: depth j's token is drawn from q_j = the warped softmax of its own logits, independently of the other
+    depths (no depth reads a drafted token), so q_j is exactly the probability it was proposed with, given
+    everything drawn before it: the accept test min(1, p / q_j) and the residual keep the target's distribution.
+    The cache keeps the true pairs; the placeholders are cropped at the next commit."""
+
+    def __init__(self, net: BlockNet, gamma: int = 4):
+        checks.instance(net, BlockNet, "net", "BlockDrafter(BlockNet(target)), trained by train-heads --method block")
+        gamma, most = checks.integer(gamma, "gamma", "tokens drafted per pass"), len(net.placeholder) + 1
+        if gamma > most:
+            raise checks.ArgumentError(f"gamma must be at most {most}: this block drafter has placeholders for "
+                                       f"{most} tokens per pass; train one with more (Recipe ttt_steps) for longer")
+        super().__init__(net, [1] * gamma)
+
+    def start_batch(self, target, texts: list[list[int]]) -> None:
+        raise checks.ArgumentError("BlockDrafter has no batched form yet (EagleDrafter's would draft token by token): "
+                                   "decode one prompt at a time with generate()")
+
+    @torch.no_grad()
+    def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
+        """One forward: the true pairs of the positions the target just read, then the placeholders after them."""
+        lm.keep(self.cache, self.n_true)  # drop last round's placeholders
+        m = min(hidden[0].shape[0], ids.shape[1] - 1 - self.n_true)  # rows whose next token is committed
+        feature = self.net.true_feature([h[:m] for h in hidden])[None].to(self.net.fc.weight.dtype)  # [1, m, H]
+        tokens = ids[:, self.n_true + 1: self.n_true + 1 + m]  # [1, m] the token after each of those positions
+        x = self.net.fc(torch.cat([self.net._embed(tokens).to(feature.dtype), feature], -1))  # [1, m, H]
+        x = torch.cat([x, self.net.placeholder[None, : self.gamma - 1].to(x.dtype)], 1)  # [1, m + gamma - 1, H]
+        positions = torch.arange(self.n_true, self.n_true + x.shape[1])  # placeholders right after the pairs
+        out = self.net.layer(x, positions, None, self.cache)  # [1, m + gamma - 1, H] causal after the cache
+        self.n_true += m
+        self.block = out[0, m - 1:]  # [gamma, H] the root pair's output, then placeholder j's for depth j + 1
+        self.root = self.block[0]
+
+    def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
+        if self.root is None or limit < 1:
+            return DraftTree([], [])  # the prefill pass drafts nothing
+        logits = self.net.logits(self.block[: min(self.gamma, limit)])  # [n, V] no depth read a drafted token
+        if warp.greedy:
+            return DraftTree.chain(logits.argmax(-1).tolist())  # [n] each depth's top-1
+        q = warp.probs(logits.float())  # [n, V] depth j's proposal; its draw depends on no other draw, so q[j] is the
+        return DraftTree.chain(warp.sample(q)[:, 0].tolist(), q)  # probability the accept test needs: exact

@@ -24,7 +24,7 @@ from specdec_lab import checks, engines, measure, tune
 from specdec_lab import train_heads as trained
 from specdec_lab.decoding import Generation, generate, generate_naive
 from specdec_lab.drafters import Drafter, DraftModelDrafter
-from specdec_lab.eagle import EagleDrafter, EagleNet
+from specdec_lab.eagle import BlockDrafter, BlockNet, EagleDrafter, EagleNet
 from specdec_lab.lookahead import lookahead_generate
 from specdec_lab.medusa import DEFAULT_CHOICES, MedusaDrafter, MedusaHeads
 from specdec_lab.ngram import PromptLookupDrafter
@@ -125,6 +125,7 @@ METHODS: list[Row] = [
         make=lambda k: EagleDrafter(k.nets["eagle1"], dynamic=True, topk=3, depth=3, budget=6)),
     Row("EAGLE-3, dynamic tree", lambda k: EagleDrafter(k.nets["eagle3"], dynamic=True), kind=EagleDrafter,
         needs="eagle3", engines=engines.eagle, tuned=_tuned_eagle("eagle3", "EAGLE-3")),
+    Row("block drafter, γ=4", lambda k: BlockDrafter(k.nets["block"], 4), kind=BlockDrafter, needs="block"),
     Row("prompt lookup (10, 3)", lambda k: PromptLookupDrafter(10, 3), kind=PromptLookupDrafter, batch=True,
         engines=engines.prompt_lookup),
     Row("lookahead (4, 4, 4)", loop=_lookahead,
@@ -136,10 +137,11 @@ def kit(target, draft, heads: dict | None = None, gamma: int = 3, branching: Seq
     """The rows' materials for this pair: heads {kind: folder} (None: `train_heads.find(target)`, the zoo's for the zoo
     target, else what `specdec-lab train-heads` trained for it), each loaded once per target and folder."""
     heads = trained.find(target) if heads is None else heads
-    load = {m: MedusaHeads.from_pretrained if recipe.version is None else EagleNet.from_pretrained
-            for m, recipe in trained.RECIPES.items()}
-    return Kit(target, draft, {m: _loaded(target, folder, load[m]) for m, folder in heads.items()}, gamma,
-               tuple(branching))
+    load = {m: MedusaHeads.from_pretrained if recipe.version is None else
+            BlockNet.from_pretrained if recipe.block else EagleNet.from_pretrained
+            for m, recipe in trained.RECIPES.items() if not recipe.draft_layers}  # a draft model: the pair's draft
+    return Kit(target, draft, {m: _loaded(target, folder, load[m]) for m, folder in heads.items() if m in load},
+               gamma, tuple(branching))
 
 
 def _why_not(row: Row, k: Kit, temperature: float) -> str:
@@ -168,7 +170,8 @@ def engine_settings(drafter, model: str = "<draft>") -> dict[str, str]:
     of the draft model or heads the engine should load. Returns {engine: flags or "no equivalent: why"}."""
     if drafter is None:
         return dict.fromkeys(engines.ENGINES, "leave speculative decoding off")
-    row = next((r for r in METHODS if r.kind is not None and isinstance(drafter, r.kind)), None)
+    row = next((r for r in METHODS if r.kind is type(drafter)), None) or next(  # its own class first (a subclass)
+        (r for r in METHODS if r.kind is not None and isinstance(drafter, r.kind)), None)
     if row is None:
         kinds = ", ".join(sorted({r.kind.__name__ for r in METHODS if r.kind}))
         raise checks.ArgumentError(f"no engine mapping for {type(drafter).__name__}: expected None or the drafter of a "

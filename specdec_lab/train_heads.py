@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from specdec_lab import eagle, medusa, training, tune, vocab, weights
+from specdec_lab import checks, draft_models, eagle, medusa, training, tune, vocab, weights
 from specdec_lab.precision import autocast
 from specdec_lab.training import Recipe
 
@@ -48,6 +48,8 @@ RECIPES = {
     "medusa": Recipe(steps=1200, lr=1e-3, heads=4, windows=1200, draft_vocab=8192),
     "eagle1": Recipe(steps=1200, lr=3e-3, clip=1.0, version=1, noise=0.1, draft_vocab=8192),
     "eagle3": Recipe(steps=1200, lr=3e-3, clip=1.0, version=3, ttt_steps=3, draft_vocab=8192),
+    "block": Recipe(steps=1200, lr=3e-3, clip=1.0, version=1, noise=0.1, ttt_steps=4, block=True, draft_vocab=8192),
+    "draft": Recipe(steps=3000, lr=3e-4, clip=1.0, draft_layers=4, windows=3000, draft_vocab=8192),
 }
 METHODS = tuple(RECIPES)
 CHAT_DATA = ("chat", "chat-untemplated")  # --data values that build chat data from the target's own answers
@@ -243,14 +245,38 @@ def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = Tru
 
 
 def _module(target, recipe: Recipe, lm_head: str):
-    """A fresh Medusa head set or EAGLE net for `target`, in fp32 on its device (trained in fp32 weights)."""
+    """A fresh Medusa head set, EAGLE net or draft model for `target`, in fp32 on its device (trained in fp32
+    weights; a draft model's shared embedding and head stay the target's)."""
     config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    if recipe.draft_layers:
+        draft = draft_models.distilled_draft(target, recipe.draft_layers)
+        draft_models.trained_part(draft).to(device=target.device, dtype=torch.float32)
+        return draft
     if recipe.version is None:
         module = medusa.MedusaHeads.for_target(target, recipe.heads, shared_lm_head=lm_head == "shared")
     else:  # one decoder layer shaped like the target's (GPT-2: n_inner None = 4H), unless the recipe says
         mlp = recipe.mlp or getattr(config, "intermediate_size", None) or 4 * config.hidden_size
-        module = eagle.EagleNet(target, recipe.version, recipe.heads or config.num_attention_heads, mlp)
+        heads = recipe.heads or config.num_attention_heads
+        module = (eagle.BlockNet(target, heads, mlp, depths=recipe.ttt_steps - 1) if recipe.block
+                  else eagle.EagleNet(target, recipe.version, heads, mlp))
     return module.to(device=target.device, dtype=torch.float32)
+
+
+def _start_from(module, target, method: str) -> None:
+    """Load this target's trained `method` draft (train-heads' or shipped) into `module`: every weight they share;
+    what only `module` has (a block drafter's placeholders) keeps its fresh start."""
+    folder = find(target).get(method)
+    if folder is None:
+        raise checks.ArgumentError(f"init={method!r}: {missing(target, method)}, then train this one")
+    trained = eagle.EagleNet.from_pretrained(target, folder).state_dict()
+    trained.pop("d2t", None)  # the draft vocabulary is chosen again from this run's text
+    mine = module.state_dict()
+    wrong = [f"{k} {list(v.shape)} (here {list(mine[k].shape) if k in mine else 'absent'})"
+             for k, v in trained.items() if k not in mine or mine[k].shape != v.shape]
+    if wrong or set(mine) - set(trained) - {"placeholder", "d2t"}:
+        raise checks.ArgumentError(f"init={method!r}: the {method} draft in {folder} does not fit this one: "
+                                   f"{', '.join(wrong) or sorted(set(mine) - set(trained))}; give both the same shape")
+    module.load_state_dict(trained, strict=False)
 
 
 def _cached(target, tok, data, recipe: Recipe, layers, progress: bool) -> tuple[tuple, tuple]:
@@ -272,8 +298,8 @@ def _cached(target, tok, data, recipe: Recipe, layers, progress: bool) -> tuple[
 
 def train(target, tok, method: str, out: Path | str, minutes: float | None = None, data=None, lm_head: str = "own",
           progress: bool = True, **changes) -> dict:
-    """Train `method` ("medusa", "eagle1", "eagle3") for the frozen `target` by RECIPES[method], save it to `out`;
-    its card (dict).
+    """Train `method` ("medusa", "eagle1", "eagle3", "draft") for the frozen `target` by RECIPES[method], save it to
+    `out`; its card (dict).
 
     minutes: the whole run's budget (caching included): the step count is sized from a timed step, and training
     stops at the deadline in any case (its checkpoint kept, so a rerun goes on). data: None (the course corpus),
@@ -291,8 +317,13 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     recipe = replace(RECIPES[method], **{k: v for k, v in changes.items() if v is not None})
+    if recipe.draft_layers:  # a draft model takes at most half the target's layers
+        half = target.config.get_text_config().num_hidden_layers // 2
+        recipe = replace(recipe, draft_layers=max(1, min(recipe.draft_layers, half)))
     torch.manual_seed(recipe.seed)  # the new module's initial weights: the same run gives the same heads
     module = _module(target, recipe, lm_head)
+    if recipe.init:
+        _start_from(module, target, recipe.init)
     layers = getattr(module, "layers", ())  # EAGLE-3's fused layers; () for the last state only
     H = target.config.get_text_config().hidden_size
     cap = int(CACHE_BYTES // (recipe.seq_len * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
@@ -301,16 +332,22 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     if progress:
         print(f"{method}: cached the target's states over {x.numel():,} tokens in {time.monotonic() - t0:.0f} s")
     V, Vd = target.config.get_text_config().vocab_size, recipe.draft_vocab
-    if Vd and V > 2 * Vd and (recipe.version or lm_head == "shared"):  # a large vocabulary: score Vd of it
+    scorer = module.lm_head if recipe.draft_layers else module  # what holds the draft vocabulary
+    if Vd and V > 2 * Vd and (recipe.version or recipe.draft_layers or lm_head == "shared"):  # score Vd of V
         always = [tok.eos_token_id] if tok.eos_token_id else []  # EOS in the draft vocabulary, however rare
-        module.use_vocab(vocab.frequent_tokens(labels[labels >= 0], Vd, always=always))
-        covered = torch.isin(v_labels[v_labels >= 0], module.d2t.cpu()).float().mean().item()
+        scorer.use_vocab(vocab.frequent_tokens(labels[labels >= 0], Vd, always=always))
+        covered = torch.isin(v_labels[v_labels >= 0], scorer.d2t.cpu()).float().mean().item()
         if progress:
             print(f"{method}: draft vocabulary of {Vd:,} of {V:,} tokens; it holds {covered:.1%} of the target's "
                   "choices on the validation text")
     else:
         recipe = replace(recipe, draft_vocab=None)
-    if recipe.version is None:  # Medusa: head k at t scored against the target's choice for token t + k + 2
+    if recipe.draft_layers:  # a draft model: the target's next-token distribution, distilled
+        loss = training.draft_objective(module, states, x, labels)
+
+        def accuracy():  # {1: [top-1 agreement with the target, 1, 2, 3 tokens deep]}
+            return {1: training.draft_accuracy(module, v_states, val, v_labels)}
+    elif recipe.version is None:  # Medusa: head k at t scored against the target's choice for token t + k + 2
         loss = training.medusa_objective(module, states[:, :, -1], training.self_labels(x, labels))  # [N, T, H]
 
         def accuracy():  # {k: [top-k agreement with the target, by head]}, the tuned tree's input
@@ -333,7 +370,8 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
         recipe = replace(recipe, steps=max(1, min(recipe.steps, int(0.9 * (deadline - time.monotonic()) / per_step))))
         if progress:
             print(f"{method}: {per_step:.2f} s per step, {recipe.steps} steps fit in the budget of {minutes:g} min")
-    log = training.fit(module, loss, len(x), recipe, progress, checkpoint=checkpoint, deadline=deadline)
+    trained = draft_models.trained_part(module) if recipe.draft_layers else module  # a draft model: not its embedding
+    log = training.fit(trained, loss, len(x), recipe, progress, checkpoint=checkpoint, deadline=deadline)
     finished = not checkpoint.exists()
     acc = accuracy()
     card = {**weights.fingerprint(target), "method": method, "config": asdict(recipe), "labels": "self-distilled",
@@ -344,11 +382,15 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
             str(data)}
     if recipe.draft_vocab:
         card["draft_vocab_coverage"] = round(covered, 4)
-    if recipe.version is None:
+    if recipe.version is None and not recipe.draft_layers:
         card["lm_head"] = "each head its own, initialised from the target's" if lm_head == "own" else \
             "the target's, shared and frozen"
         card.update(tune.medusa_card(acc))  # the tree MedusaDrafter.from_pretrained uses
-    module.to(target.dtype).save(out, meta=card)
+    if recipe.draft_layers:
+        draft_models.trained_part(module).to(target.dtype)
+        draft_models.save_distilled(module, out, card)
+    else:
+        module.to(target.dtype).save(out, meta=card)
     if progress:
         state = "done" if finished else "stopped at the time budget (rerun the same command to go on)"
         print(f"{method}: {state}; validation top-1 agreement with the target by offset "

@@ -355,7 +355,7 @@ def write_card(zoo_dir: Path, figures: dict, training: dict) -> None:
 # train-heads' recipes (train_heads.RECIPES) on the zoo's own windows: Medusa-1 as published (Cai et al. 2024), each
 # head its own LM head; EAGLE-1 and EAGLE-3 (Li et al. 2024, 2025) on the same windows and steps (the same data budget),
 # with an MLP of 512 (the target's is 768). (seed of the training windows, validation windows)
-WINDOWS = {"medusa": (3, 64), "eagle1": (5, 48), "eagle3": (5, 48)}
+WINDOWS = {"medusa": (3, 64), "eagle1": (5, 48), "eagle3": (5, 48), "block": (5, 48)}
 
 
 def zoo_windows(tok, n: int, seq_len: int, n_val: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

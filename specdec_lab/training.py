@@ -40,7 +40,7 @@ from specdec_lab.precision import autocast
 
 __all__ = ["Recipe", "cache_states", "lr_at", "optimizer_step", "fit", "cache_hidden", "self_labels", "head_loss",
            "medusa_objective", "train_heads", "head_accuracy", "ttt_mask", "unroll", "eagle_loss", "eagle_objective",
-           "train_eagle_net", "eagle_accuracy"]
+           "train_eagle_net", "eagle_accuracy", "draft_objective", "draft_accuracy"]
 
 SAVE_EVERY = 60.0  # seconds between two checkpoints of a run
 
@@ -66,6 +66,9 @@ class Recipe:
     windows: int = 800  # training windows whose target states are cached (capped to fit in memory)
     seq_len: int = 256  # tokens per window
     draft_vocab: int | None = None  # score only this many frequent tokens, where the vocabulary is over twice that
+    block: bool = False  # EAGLE-1's draft with placeholders: ttt_steps tokens drafted in one forward (eagle.BlockNet)
+    draft_layers: int | None = None  # a draft model distilled from the target: its first layers it copies (<= half)
+    init: str | None = None  # a block drafter: start from this target's trained draft of this method ("eagle1")
 
 
 @torch.no_grad()
@@ -304,6 +307,10 @@ def unroll(net: nn.Module, feature: Tensor, tokens: Tensor, steps: int) -> list[
     positions = torch.arange(T)
     cache, outs = lm.new_cache(), []  # the draft's one-layer cache
     for i in range(steps):
+        if i and getattr(net, "placeholder", None) is not None:  # a block drafter: placeholder i, not its own outputs
+            depth = torch.full((T,), i - 1, dtype=torch.long)  # [T]
+            outs.append(net.placeholders(depth, positions, ttt_mask(T, i), cache, batch=feature.shape[0]))
+            continue
         if i:  # shift right by one: position p reads the output at p - 1 (position 0 gets a zero feature)
             feature = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], 1)  # [B, T, H]
         outs.append(net(feature, tokens, positions, ttt_mask(T, i), cache))  # [B, T, H]
@@ -317,7 +324,8 @@ def eagle_loss(net: nn.Module, states: Tensor, x: Tensor, labels: Tensor, steps:
     Pair p reads (feature f_p, token x_{p+1}) and is scored on the token after that, labels[:, p + 1]
     (labels[:, t] = the target's own choice for token t+1). Version 1: SmoothL1(o_p, f_{p+1}) + 0.1 CE, with
     Gaussian noise of std `noise` on the input features. Version 3: sum over unrolled steps i of 0.8^i CE,
-    positions p >= i only. Returns (loss, per-step CE).
+    positions p >= i only. A block drafter (eagle.BlockNet, version 1) trains as version 1 does, its placeholders'
+    CE the unrolled steps'. Returns (loss, per-step CE).
     """
     f = _features(net, states)  # [B, T, H]
     tokens = x[:, 1:]  # [B, T-1] the token after each position
@@ -384,4 +392,60 @@ def eagle_accuracy(net: nn.Module, states: Tensor, x: Tensor, labels: Tensor, de
             pred = net.logits(o[:, i:]).argmax(-1)  # [b, T-1-i]
             hits[i] += (pred == yy[:, 1 + i:]).sum().item()
             counts[i] += (yy[:, 1 + i:] >= 0).sum().item()  # a label of -100 is not scored
+    return [h / c for h, c in zip(hits, counts)]
+
+
+# ---- a draft model distilled from the target (chapter 12's comparison; `draft_models.distilled_draft`) ----------
+
+
+def _draft_logits(draft, states: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+    """(the target's logits, the draft's logits) over the draft vocabulary [B, T, Vd] for windows x [B, T]: the
+    target's from its cached last states [B, T, S, H] through the same head rows, the draft's from its own forward."""
+    head = draft.get_output_embeddings()
+    with torch.no_grad():
+        p_logits = head.small(states[:, :, -1])  # [B, T, Vd]
+    h = draft.model(input_ids=x, use_cache=False).last_hidden_state  # [B, T, H]
+    return p_logits, head.small(h)
+
+
+def draft_objective(draft: nn.Module, states: Tensor, x: Tensor, labels: Tensor) -> Callable:
+    """The loss of `fit` for a draft model: the KL divergence from the target's next-token distribution to the
+    draft's, both over the draft vocabulary, averaged over the scored positions (labels != -100); the log holds it
+    and the draft's top-1 agreement with the target. states [N, T, S, H], windows x [N, T], labels [N, T]."""
+    head = draft.get_output_embeddings()
+    device = head.d2t.device if head.d2t is not None else next(draft.model.layers.parameters()).device
+
+    def loss(idx: Tensor, g: torch.Generator) -> tuple[Tensor, list[float]]:
+        st, xx, yy = (t[idx].to(device) for t in (states, x, labels))
+        p_logits, q_logits = _draft_logits(draft, st, xx)
+        scored = yy >= 0  # [B, T]
+        logp, logq = (F.log_softmax(z[scored].float(), -1) for z in (p_logits, q_logits))  # [n, Vd]
+        kl = (logp.exp() * (logp - logq)).sum(-1).mean()
+        agree = (logq.argmax(-1) == logp.argmax(-1)).float().mean()
+        return kl, [kl.item(), agree.item()]
+    return loss
+
+
+@torch.no_grad()
+def draft_accuracy(draft: nn.Module, states: Tensor, x: Tensor, labels: Tensor, depth: int = 3,
+                   batch: int = 4) -> list[float]:
+    """Top-1 agreement with the target's greedy choice when drafting 1..depth tokens ahead of the true text.
+
+    Entry i: the draft's i-th token of a chain drafted from each position, against the target's choice there; the
+    chain reads the draft's own earlier tokens (right or wrong), as drafting does. All positions at once: the same
+    unroll as EAGLE's (`ttt_mask`), one cache holding every step's keys. A target choice outside the draft
+    vocabulary is a miss. states: unused (the signature of `eagle_accuracy`).
+    """
+    hits, counts = [0] * depth, [0] * depth
+    device = next(draft.model.layers.parameters()).device
+    for s in range(0, len(x), batch):
+        xx, yy = (t[s: s + batch].to(device) for t in (x, labels))  # [b, T]
+        T, cache, tokens = xx.shape[1], lm.new_cache(), xx
+        for i in range(depth):  # step i: position p holds the draft's token p, drafted i - 1 levels below p - i
+            pred = lm.forward(draft, tokens, cache, positions=torch.arange(T, device=device),
+                              mask=ttt_mask(T, i).to(device)).argmax(-1)  # [b, T] the draft's next token at each p
+            scored = yy[:, i:] >= 0
+            hits[i] += ((pred[:, i:] == yy[:, i:]) & scored).sum().item()
+            counts[i] += scored.sum().item()
+            tokens = torch.cat([torch.zeros_like(pred[:, :1]), pred[:, :-1]], 1)  # [b, T]: position p reads it
     return [h / c for h, c in zip(hits, counts)]

@@ -21,8 +21,10 @@ from specdec_lab import lm
 
 __all__ = ["FILES", "ARCHITECTURE", "save", "read_config", "load", "architecture", "fingerprint"]
 
-FILES = {"medusa": "heads.safetensors", "eagle1": "eagle.safetensors", "eagle3": "eagle.safetensors"}
-WHAT = {"medusa": "Medusa heads", "eagle1": "EAGLE-1 weights", "eagle3": "EAGLE-3 weights"}  # for the messages
+FILES = {"medusa": "heads.safetensors", "eagle1": "eagle.safetensors", "eagle3": "eagle.safetensors",
+         "draft": "draft.safetensors", "block": "block.safetensors"}
+WHAT = {"medusa": "Medusa heads", "eagle1": "EAGLE-1 weights", "eagle3": "EAGLE-3 weights", "draft": "draft model",
+        "block": "block drafter weights"}  # for the messages
 
 # The config fields that decide whether weights trained on a target fit it, read by name (a config's to_dict() differs
 # between transformers versions: 5.x moved the rope settings into `rope_parameters` and renamed torch_dtype).

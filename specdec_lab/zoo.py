@@ -199,10 +199,14 @@ def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None 
     models on a GPU to bfloat16, or float16 on a GPU without native bf16 such as a T4 (gpu_dtype).
     """
     if isinstance(name, str) and name in MODELS:
-        from specdec_lab.draft_models import early_exit_model
+        from specdec_lab import draft_models
 
         target, tok = load_model(name, device, dtype or torch.float32)
-        return target, early_exit_model(target, EARLY_EXIT), tok
+        for folder in (Path(__file__).parent / "data" / "heads" / name, user_cache() / "heads" / name):
+            folder = folder / "draft"
+            if (folder / "draft.safetensors").exists():  # a draft model distilled for it (`train-heads --method draft`)
+                return target, draft_models.load_distilled(target, folder), tok
+        return target, draft_models.early_exit_model(target, EARLY_EXIT), tok
     target_id, draft_id = resolve_pair(name)
     device = check_device(device or default_device())
     if dtype is None:

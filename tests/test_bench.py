@@ -103,14 +103,14 @@ def test_methods_without_heads_say_how_to_train_them(pair):
     methods = lineup.showdown_methods(target, draft, 8, heads={})
     notes = {name: m for name, m in methods.items() if isinstance(m, str) and "greedy only" not in m}
     assert sorted(notes) == ["EAGLE-1, chain γ=4", "EAGLE-2, dynamic tree", "EAGLE-3, dynamic tree",
-                             "Medusa, 24-node tree"]
+                             "Medusa, 24-node tree", "block drafter, γ=4"]
     assert all("specdec-lab train-heads --target" in why for why in notes.values()), notes
 
 
 def test_the_zoo_target_finds_its_shipped_heads_and_no_other_does(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no heads trained by the user
     target, draft, _ = pair
-    assert sorted(train_heads.find(target)) == ["eagle1", "eagle3", "medusa"]
+    assert sorted(train_heads.find(target)) == ["block", "eagle1", "eagle3", "medusa"]
     assert train_heads.find(draft) == {}, "the shipped heads were trained for the zoo target, not its draft"
 
 

@@ -21,7 +21,8 @@ from helpers import (RUNS, SAMPLING_SETTINGS, VOCAB, exact_first_tokens, follows
 from specdec_lab import DraftModelDrafter, Generation, bench, generate, lineup, lm, measure, report, viz
 from specdec_lab.decoding import generate_naive
 from specdec_lab.sampling import Warp
-from specdec_lab.draft_models import early_exit_model, fake_quantize, fake_quantized_model
+from specdec_lab.draft_models import (distilled_draft, early_exit_model, fake_quantize, fake_quantized_model,
+                                      trained_part)
 from specdec_lab.sampling import verify_chain
 from specdec_lab.tree import DraftTree, verify_tree
 
@@ -190,6 +191,24 @@ def test_early_exit_model_is_the_targets_first_layers(pair):
     assert gen.tokens == _reference(target, ids, 20)
     with pytest.raises(ValueError, match=r"layers must be in \[1, 2\]"):
         early_exit_model(target, 3)
+
+
+def test_a_distilled_draft_starts_as_the_early_exit_with_layers_of_its_own(pair):
+    """`train-heads --method draft` trains copies of the target's first layers and its final norm; the embedding and
+    the LM head stay the target's. A draft vocabulary scores half the tokens: the rest get -inf, and the output is
+    still the target's own."""
+    target = pair[0]
+    ids = prompt_ids(14)
+    draft = distilled_draft(target, 1)
+    assert draft.model.layers[0] is not target.model.layers[0] and draft.model.embed_tokens is target.model.embed_tokens
+    torch.testing.assert_close(lm.forward(draft, ids), lm.forward(early_exit_model(target, 1), ids))
+    trained = {id(p) for p in trained_part(draft).parameters()}
+    assert trained.isdisjoint(id(p) for p in target.parameters()), "training the draft leaves the target as it was"
+    V = target.config.vocab_size
+    draft.lm_head.use_vocab(torch.arange(0, V, 2))
+    logits = lm.forward(draft, ids)[0, -1]  # [V]
+    assert torch.isinf(logits[1::2]).all() and torch.isfinite(logits[::2]).all()
+    assert generate(target, ids, DraftModelDrafter(draft, 3), max_new_tokens=20).tokens == _reference(target, ids, 20)
 
 
 def test_fake_quantization(pair):

@@ -265,3 +265,50 @@ def test_zoo_eagle_helps_and_eagle2_beats_medusa(pair):
     for v in (1, 3):
         card = json.loads((EAGLE_DIR / f"eagle{v}" / "config.json").read_text())
         assert card["version"] == v and card["val_accuracy_vs_target"][0] > 0.4
+
+
+def test_a_block_drafts_in_one_forward_what_its_training_unroll_scores(pair):
+    """The block drafter (chapter 12): the root pair's output and gamma - 1 placeholders, one forward after the true
+    pairs, give the outputs that training's unroll gives at step j, position root + j (`ttt_mask`: the placeholder
+    sees the pairs up to its root and the placeholders before it); and its chains keep greedy output exact."""
+    from specdec_lab import training
+    from specdec_lab.eagle import BlockDrafter, BlockNet
+
+    target, _, tok = pair
+    torch.manual_seed(0)
+    net = BlockNet(target, heads=4, mlp=64)
+    x = tok("def parse(line):\n    return line.split(',')\n", return_tensors="pt").input_ids  # [1, T]
+    with torch.no_grad():
+        f = lm.forward(target, x, hidden=True)[1][-1]  # [1, T, H] the target's last states
+        outs = training.unroll(net, f[:, :-1], x[:, 1:], steps=4)  # 4 x [1, T - 1, H]
+        root, cache = 9, lm.new_cache()
+        pairs = net(f[:, :root + 1], x[:, 1:root + 2], torch.arange(root + 1), None, cache)  # [1, root + 1, H]
+        block = net.placeholders(torch.arange(3), torch.arange(root + 1, root + 4), None, cache)  # [1, 3, H]
+    torch.testing.assert_close(pairs[0, -1], outs[0][0, root])
+    for j in range(1, 4):
+        torch.testing.assert_close(block[0, j - 1], outs[j][0, root + j], atol=1e-5, rtol=1e-4)
+    drafter = BlockDrafter(net, gamma=4)  # the drafter's one forward: the verified pairs, then the placeholders
+    drafter.start(target, x[:, :root + 2])
+    with torch.no_grad():
+        drafter.commit(x[:, :root + 2], 0, [], [f[0, :root + 1]])
+    assert lm.cache_len(drafter.cache) == root + 4, "one forward: root + 1 pairs and 3 placeholders in the cache"
+    for j in range(4):
+        torch.testing.assert_close(drafter.block[j], outs[j][0, root + j], atol=1e-5, rtol=1e-4)
+    want = generate(target, x, None, max_new_tokens=24).tokens
+    assert generate(target, x, BlockDrafter(net, gamma=4), max_new_tokens=24).tokens == want
+
+
+def test_a_block_drafters_samples_follow_the_target():
+    """Each depth of the block is drawn from its own q_j, independently of the other depths: with that q_j in the
+    accept test, the first 3 sampled tokens follow the target's distribution (chi-square over every continuation)."""
+    from specdec_lab.eagle import BlockDrafter, BlockNet
+
+    target = tiny_llama(vocab=8, hidden=16, layers=1, seed=10, init=0.5)
+    torch.manual_seed(1)
+    drafter = BlockDrafter(BlockNet(target, heads=2, mlp=32).eval(), gamma=3)
+    ids, g = torch.tensor([[1, 5, 2]]), torch.Generator().manual_seed(7)
+    # 6 new tokens, so that the first pass after the prompt drafts the whole block; the first 3 are compared
+    gens = [generate(target, ids, drafter, max_new_tokens=6, generator=g, temperature=1.0) for _ in range(RUNS)]
+    assert sum(x.draft_lengths[1] == 3 for x in gens) == RUNS, "the block drafts 3 tokens after the prompt"
+    assert sum(sum(x.accept_lengths[:2]) for x in gens) > RUNS / 10, "drafts accepted often enough to be tested"
+    follows_target([x.tokens[:3] for x in gens], exact_first_tokens(target, ids, Warp(1.0)), "block drafter, sampled")

@@ -25,7 +25,7 @@ from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, PromptL
 from specdec_lab.checks import ArgumentError
 from specdec_lab.decoding import generate_naive
 from specdec_lab.drafters import Drafter
-from specdec_lab.eagle import EagleNet
+from specdec_lab.eagle import BlockDrafter, BlockNet, EagleNet
 from specdec_lab.medusa import MedusaHeads
 from specdec_lab.sampling import Warp
 from specdec_lab.serving import generate_batch
@@ -133,6 +133,8 @@ def test_a_model_or_a_class_as_drafter(llama):
     (lambda m: EagleDrafter(EagleNet(m), dynamic=True, topk=0), "topk .*>= 1"),
     (lambda m: EagleDrafter(EagleNet(m), dynamic=True, budget=2.5), "budget .*>= 1, got 2.5"),
     (lambda m: EagleDrafter.from_zoo(m, version=2), "version must be 1 .* or 3"),
+    (lambda m: BlockDrafter(EagleNet(m)), r"net must be a BlockNet, got an EagleNet"),
+    (lambda m: BlockDrafter(BlockNet(m, depths=3), gamma=5), r"gamma must be at most 4: .*placeholders for 4 tokens"),
 ])
 def test_bad_drafter_settings(llama, make, words):
     with pytest.raises(ValueError, match=words):

@@ -2,7 +2,7 @@
 
 * Loads as a 30-layer Llama in fp32 from the user cache (converted there on first use, about 30 s on a CPU).
 * Exact: greedy decoding with every method of the registry (`lineup.METHODS`: prompt lookup, lookahead, a draft
-  model's chain and tree, Medusa, EAGLE-1, EAGLE-2 and EAGLE-3, each with a draft vocabulary) equals the model's own
+  model's chain and tree, Medusa, EAGLE-1, EAGLE-2, EAGLE-3 and the block drafter, each with a draft vocabulary) equals the model's own
   greedy decoding (Hugging Face's `generate`) in fp32, token for token, on 3 held-out prompts (a chat, a code and a
   rewrite prompt, on which every method gets drafts accepted) in its chat template, stopping at <|im_end|>. (In
   bf16, where the CPU has it natively, chapter 11's section 4 runs eight of them on the first held-out prompt of each
@@ -18,7 +18,7 @@ from helpers import P_MIN, pooled_chi_square
 
 from specdec_lab import DraftModelDrafter, EagleDrafter, chat, generate, lineup, lm, measure, train_heads, zoo
 from specdec_lab.draft_models import early_exit_model
-from specdec_lab.eagle import EagleNet
+from specdec_lab.eagle import BlockNet, EagleNet
 from specdec_lab.medusa import MedusaHeads
 from specdec_lab.sampling import Warp
 
@@ -40,12 +40,14 @@ def trained_or_fresh(model):
     ones (random weights, the same shapes, a draft vocabulary of 8,192 tokens): exactness does not depend on how well
     a drafter guesses, so either tests it."""
     found, vocab, modules = train_heads.find(model), torch.arange(0, 49152, 6), {}  # 8,192 ids
-    for m in ("medusa", "eagle1", "eagle3"):
+    kinds = {"medusa": MedusaHeads, "eagle1": EagleNet, "eagle3": EagleNet, "block": BlockNet}
+    for m, kind in kinds.items():
         if m in found:
-            modules[m] = (MedusaHeads if m == "medusa" else EagleNet).from_pretrained(model, found[m])
+            modules[m] = kind.from_pretrained(model, found[m])
             continue
         torch.manual_seed(0)
-        modules[m] = MedusaHeads.for_target(model, 4) if m == "medusa" else EagleNet(model, int(m[-1]), 9, 1536)
+        modules[m] = (MedusaHeads.for_target(model, 4) if m == "medusa" else BlockNet(model, 9, 1536) if m == "block"
+                      else EagleNet(model, int(m[-1]), 9, 1536))
         modules[m].use_vocab(vocab)
         modules[m].eval()
     return modules

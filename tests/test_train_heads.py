@@ -19,8 +19,10 @@ import torch
 from helpers import tiny_llama
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from specdec_lab import EagleDrafter, MedusaDrafter, eagle, generate, train_heads, training, weights, zoo
+from specdec_lab import (DraftModelDrafter, EagleDrafter, MedusaDrafter, draft_models, eagle, generate, train_heads,
+                         training, weights, zoo)
 from specdec_lab.__main__ import main
+from specdec_lab.eagle import BlockDrafter, BlockNet
 
 VOCAB = 4096  # the zoo's tokenizer: a byte-level BPE, which AutoTokenizer loads back from the target's folder
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -71,7 +73,7 @@ def _load(folder):
 def test_trained_heads_are_saved_with_what_identifies_their_target(setup, trained, method):
     target = _load(setup[0])
     files = sorted(p.name for p in trained[method].iterdir())
-    assert files == ["config.json", weights.FILES[method]], f"{method}: {files} (a finished run leaves no checkpoint)"
+    assert files == sorted(["config.json", weights.FILES[method]]), f"{method}: {files} (a finished run leaves no checkpoint)"
     card = json.loads((trained[method] / "config.json").read_text())
     assert card["finished"] and card["method"] == method and card["config"]["steps"] == 4
     mine = weights.fingerprint(target)
@@ -82,10 +84,14 @@ def test_trained_heads_are_saved_with_what_identifies_their_target(setup, traine
         assert card["own_lm_heads"], "Medusa as published: each head its own LM head"
 
 
-@pytest.mark.parametrize("drafter", ["medusa", "eagle1", "eagle2", "eagle3"])
+@pytest.mark.parametrize("drafter", ["medusa", "eagle1", "eagle2", "eagle3", "block", "draft"])
 def test_loaded_back_they_keep_greedy_identity(setup, trained, drafter):
     target = _load(setup[0])
-    if drafter == "medusa":
+    if drafter == "block":
+        make = lambda: BlockDrafter(BlockNet.from_pretrained(target, trained["block"]), gamma=4)  # noqa: E731
+    elif drafter == "draft":
+        make = lambda: DraftModelDrafter(draft_models.load_distilled(target, trained["draft"]), gamma=3)  # noqa: E731
+    elif drafter == "medusa":
         make = lambda: MedusaDrafter.from_pretrained(target, trained["medusa"])  # noqa: E731
     else:
         folder = trained["eagle3" if drafter == "eagle3" else "eagle1"]
@@ -99,8 +105,10 @@ def test_loaded_back_they_keep_greedy_identity(setup, trained, drafter):
 
 @pytest.mark.parametrize("method", train_heads.METHODS)
 def test_refused_for_another_target(setup, trained, tmp_path, method):
-    load = (lambda t: MedusaDrafter.from_pretrained(t, trained[method])) if method == "medusa" else \
-        (lambda t: EagleDrafter.from_pretrained(t, trained[method]))
+    load = {"medusa": lambda t: MedusaDrafter.from_pretrained(t, trained[method]),
+            "block": lambda t: BlockNet.from_pretrained(t, trained[method]),
+            "draft": lambda t: draft_models.load_distilled(t, trained[method])}.get(
+        method, lambda t: EagleDrafter.from_pretrained(t, trained[method]))
     others = {"other weights": _save_target(tmp_path / "reinit", seed=1),
               "architecture": _save_target(tmp_path / "deeper", num_hidden_layers=3),
               "hidden": _save_target(tmp_path / "wider", hidden_size=48, num_attention_heads=4)}
@@ -110,6 +118,26 @@ def test_refused_for_another_target(setup, trained, tmp_path, method):
         message = str(error.value)
         assert f"specdec-lab train-heads --target <your target> --method {method}" in message, message
     load(_load(setup[0]))  # and accepted for its own
+
+
+def test_a_block_drafter_starts_from_the_targets_eagle1_draft(setup, trained, monkeypatch):
+    """--init eagle1: the block drafter's layer and fc start as the trained EAGLE-1 draft's, its placeholders fresh;
+    with no EAGLE-1 draft for the target the run is refused with the command that trains one."""
+    target = _load(setup[0])
+    eagle1 = EagleDrafter.from_pretrained(target, trained["eagle1"]).net
+    monkeypatch.setattr(train_heads, "find", lambda t: {"eagle1": trained["eagle1"]})
+    with pytest.raises(ValueError, match=r"does not fit this one: layer.gate.weight \[64, 32\] \(here \[16, 32\]\)"):
+        train_heads._start_from(BlockNet(target, eagle1.num_heads, 16), target, "eagle1")
+    net = BlockNet(target, eagle1.num_heads, eagle1.mlp)
+    fresh = net.placeholder.detach().clone()
+    train_heads._start_from(net, target, "eagle1")
+    for name, value in eagle1.state_dict().items():
+        if name != "d2t":
+            torch.testing.assert_close(net.state_dict()[name], value, msg=f"{name} must start as EAGLE-1's")
+    torch.testing.assert_close(net.placeholder.detach(), fresh)
+    monkeypatch.setattr(train_heads, "find", lambda t: {})
+    with pytest.raises(ValueError, match="init='eagle1': .*--method eagle1"):
+        train_heads._start_from(net, target, "eagle1")
 
 
 def test_missing_heads_say_how_to_train_them(setup, tmp_path):
@@ -211,11 +239,12 @@ def _fail(argv, capsys) -> str:
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--method", "eagle2"], ["--method", "invalid choice: 'eagle2'", "'medusa', 'eagle1', 'eagle3'"]),
+    (["--method", "eagle2"], ["--method", "invalid choice: 'eagle2'", "'medusa', 'eagle1', 'eagle3', 'block', 'draft'"]),
     (["--method", "medusa", "--minutes", "0"], ["--minutes", "'0' is not a positive number of minutes"]),
     (["--method", "medusa", "--minutes", "five"], ["--minutes", "'five' is not a number"]),
     (["--method", "medusa", "--data", "/no/such/folder"], ["--data", "is not a folder"]),
     (["--method", "eagle1", "--lm-head", "shared"], ["--lm-head belongs to --method medusa"]),
+    (["--method", "eagle1", "--init", "eagle1"], ["--init eagle1 belongs to --method block"]),
     (["--method", "medusa", "--steps", "0"], ["--steps", "'0'", "1 or more"]),
     (["--method", "medusa", "--device", "gpu0"], ["--device", "'gpu0' is not a device"]),
 ])

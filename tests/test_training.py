@@ -219,3 +219,25 @@ def test_the_shipped_heads_load_here_and_are_refused_by_a_target_of_another_arch
                                          rf"{target.config.num_hidden_layers} there, {other.config.num_hidden_layers} here"
                                          r".*specdec-lab train-heads"):
         MedusaHeads.from_pretrained(other, folder)
+
+
+def test_a_draft_models_agreement_by_depth_is_the_chain_it_would_draft(target):
+    """draft_accuracy's entry i, computed for all positions at once (EAGLE's unroll mask on the draft's cache), is
+    what drafting a chain from each position one token at a time gives: its (i + 1)-th token against the target's
+    choice at that point of the true text."""
+    from specdec_lab.draft_models import distilled_draft
+    from specdec_lab.training import draft_accuracy
+
+    draft = distilled_draft(target, 1)
+    x = torch.randint(0, target.config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(0))  # [1, T]
+    with torch.no_grad():
+        labels = lm.forward(target, x).argmax(-1)  # [1, T] the target's choice for token p + 1
+        hits, counts = [0] * 3, [0] * 3
+        for p in range(x.shape[1]):  # a chain from each position, one forward per token
+            seq = x[:, :p + 1]
+            for i in range(min(3, x.shape[1] - p)):
+                nxt = lm.forward(draft, seq)[0, -1].argmax()
+                hits[i], counts[i] = hits[i] + int(nxt == labels[0, p + i]), counts[i] + 1
+                seq = torch.cat([seq, nxt.view(1, 1)], 1)
+    assert draft_accuracy(draft, None, x, labels, depth=3) == pytest.approx([h / c for h, c in zip(hits, counts)])
+    assert hits[0] > 0, "the draft agrees somewhere, or the test compares nothing"

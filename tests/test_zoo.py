@@ -27,17 +27,17 @@ def test_weights_ship_inside_the_package_under_40_mb():
     assert total < 40e6, f"shipped weights are {total / 1e6:.1f} MB; the budget is 40 MB"
 
 
-def test_heads_for_the_real_model_ship_under_30_mb():
-    """EAGLE-1, EAGLE-3 and Medusa trained for SmolLM2-135M-Instruct (chapter 11), in the package: the budget is
-    30 MB, beside the zoo's 40."""
+def test_heads_for_the_real_model_ship_under_40_mb():
+    """EAGLE-1, EAGLE-3, Medusa (chapter 11) and the block drafter (chapter 12) trained for SmolLM2-135M-Instruct,
+    in the package: the budget is 40 MB (30 before the block drafter's 9), beside the zoo's 40."""
     from specdec_lab import train_heads
 
     folder = train_heads.SHIPPED / "smollm2-135m-instruct"
     files = sorted(folder.rglob("*.safetensors"))
-    assert {f.parent.name for f in files} == {"eagle1", "eagle3", "medusa"}
+    assert {f.parent.name for f in files} == {"eagle1", "eagle3", "medusa", "block"}
     assert all((f.parent / "config.json").exists() for f in files) and not list(folder.rglob("checkpoint.pt"))
     total = sum(f.stat().st_size for f in files)
-    assert total < 30e6, f"the real model's heads are {total / 1e6:.1f} MB; the budget is 30 MB"
+    assert total < 40e6, f"the real model's heads are {total / 1e6:.1f} MB; the budget is 40 MB"
 
 
 def test_plain_transformers_loads_the_embedded_models_offline(monkeypatch):

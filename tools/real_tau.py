@@ -12,7 +12,8 @@ checked against the model's own greedy decoding (Hugging Face's `generate`); in 
 stops the run. --dtype auto runs in the precision `bench --target` decodes in (`precision.decoding_dtype`: bfloat16
 where the CPU has it natively): there a difference at a near-tie of the logits is a tie (`identity.classify`), counted
 and printed, and any other stops the run. τ counts passes, not seconds, so it does not depend on the machine's load.
-Chapter 11 prints the saved table (float32: the same on every machine).
+Chapter 11 prints the saved table (float32: the same on every machine), chapter 12 its block drafter's row beside
+EAGLE-1's chain when `specdec-lab train-heads --method block` has trained one (`--only "block drafter, γ=4"`).
 """
 import argparse
 import json
@@ -23,6 +24,7 @@ import torch
 
 from specdec_lab import (EagleDrafter, MedusaDrafter, PromptLookupDrafter, chat, generate, identity, measure,
                          precision, train_heads, zoo)
+from specdec_lab.eagle import BlockDrafter, BlockNet
 
 ABLATION = ("EAGLE-2, ablation: trained in the template", "EAGLE-2, ablation: trained without it")
 
@@ -36,6 +38,8 @@ def methods(model, found: dict, ablation: list[str] | None) -> dict:
              "EAGLE-2, dynamic tree of 60 (the paper's)": lambda: EagleDrafter.from_pretrained(
                  model, found["eagle1"], dynamic=True, topk=10, depth=6, budget=60),
              "EAGLE-3, dynamic tree": lambda: EagleDrafter.from_pretrained(model, found["eagle3"], dynamic=True)}
+    if "block" in found:  # chapter 12's block drafter, once `train-heads --method block` has trained one
+        table["block drafter, γ=4"] = lambda: BlockDrafter(BlockNet.from_pretrained(model, found["block"]), 4)
     for name, folder in zip(ABLATION, ablation or []):
         table[name] = lambda folder=folder: EagleDrafter.from_pretrained(model, folder, dynamic=True)
     return table
@@ -83,6 +87,7 @@ def main() -> None:
                 row[1] += gen.target_calls
     cats = [*chat.CATEGORIES, "all"]
     folders = {} if args.only_ablation else {m: found[m] for m in ("eagle1", "eagle3", "medusa")}
+    folders |= {"block": found["block"]} if "block" in found and not args.only_ablation else {}
     folders |= dict(zip(ABLATION, args.ablation or []))
     cards = {m: json.loads((Path(f) / "config.json").read_text()) for m, f in folders.items()}
     print(f"τ on {len(chat.held_out())} held-out prompts, {args.new} new tokens, greedy, in {str(dtype)[6:]} on "

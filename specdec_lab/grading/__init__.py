@@ -1,5 +1,5 @@
-"""Graders for the exercise notebooks, one module per chapter: ch00 (decoding is memory-bound) to ch11
-(a real model on your CPU), with what they share in `_common`.
+"""Graders for the exercise notebooks, one module per chapter: ch00 (decoding is memory-bound) to ch12
+(drafting a block in one pass), with what they share in `_common`.
 
 Each `check_*` takes the learner's function, runs it on cases the notebook does not show, and either
 prints one line that starts with "PASS" or raises `AssertionError` with a hint that names the input
@@ -29,6 +29,8 @@ from specdec_lab.grading.ch09 import check_choose_gamma, check_commit_batch
 from specdec_lab.grading.ch10 import check_capstone
 from specdec_lab.grading.ch11 import (check_compute_bound, check_draft_vocab_token, check_predicted_speedup,
                                       check_sampled_run)
+from specdec_lab.grading.ch12 import (check_block_mask, check_block_propose, check_break_even_c,
+                                      check_tau_from_acceptance)
 
 # Chapter 04's case generators and the exact distributions of its wrong rules: tests/test_tree_economics.py
 # checks notebook 04's derivations with them (under these names, as before the graders became a package).
@@ -65,4 +67,6 @@ __all__ = [
     "check_capstone",
     # ch11: a real model on your CPU
     "check_compute_bound", "check_predicted_speedup", "check_draft_vocab_token", "check_sampled_run",
+    # ch12: drafting a block in one pass
+    "check_block_mask", "check_block_propose", "check_break_even_c", "check_tau_from_acceptance",
 ]
