@@ -168,13 +168,14 @@ def test_tree_logits_equal_per_path_logits(pair, role):
         assert float((unwindowed - want).abs().max()) > BUG, f"{family}: the sliding window changes nothing here"
 
 
-HEADS = ["medusa", "eagle1", "eagle2", "eagle3"]  # eagle2: the EAGLE-1 draft with EAGLE-2's dynamic tree
+HEADS = ["medusa", "eagle1", "eagle2", "eagle3", "block"]  # eagle2: the EAGLE-1 draft with EAGLE-2's dynamic tree
 
 
 @pytest.fixture(scope="module")
 def trained(pair, tmp_path_factory):
-    """{method: folder} of Medusa heads, EAGLE-1 and EAGLE-3 drafts trained for the pair's target by
-    `train_heads.train` (what `specdec-lab train-heads` runs) for a few steps on random text, and saved."""
+    """{method: folder} of Medusa heads, EAGLE-1, EAGLE-3 and block drafts trained for the pair's target by
+    `train_heads.train` (what `specdec-lab train-heads` runs) for a few steps on random text, and saved. (The
+    distilled draft model, `--method draft`, copies a Llama-style target's layers: tests/test_train_heads.py.)"""
     from specdec_lab import train_heads
 
     family, target, _ = pair
@@ -185,7 +186,7 @@ def trained(pair, tmp_path_factory):
         words = torch.randint(0, VOCAB, (600,), generator=g).tolist()
         (folder / "text" / f"{i}.txt").write_text(" ".join(f"t{w}" for w in words))
     out = {}
-    for method in train_heads.METHODS:
+    for method in ("medusa", "eagle1", "eagle3", "block"):
         out[method] = folder / method
         card = train_heads.train(target, _tokenizer(), method, out[method], data=folder / "text", steps=20,
                                  windows=16, seq_len=32, progress=False)
@@ -195,16 +196,19 @@ def trained(pair, tmp_path_factory):
 
 @pytest.mark.parametrize("method", HEADS)
 def test_trained_heads_keep_greedy_identity(pair, plain, trained, method):
-    """Medusa and EAGLE for a learner's own target (issue 19): trained, saved, loaded back with from_pretrained,
+    """Medusa, EAGLE and the block drafter for a learner's own target (issue 19): trained, saved, loaded back with from_pretrained,
     and exact. On random text a few steps teach the heads little, so most tokens come from the target: what is
     checked is the tree forward, the rollback and the hidden-state plumbing on each architecture."""
     from specdec_lab import EagleDrafter, MedusaDrafter
+    from specdec_lab.eagle import BlockDrafter, BlockNet
 
     family, target, _ = pair
     accepted = 0
     for i, (ids, ref) in enumerate(zip(_prompts(), plain)):
         if method == "medusa":
             drafter = MedusaDrafter.from_pretrained(target, trained["medusa"])
+        elif method == "block":
+            drafter = BlockDrafter(BlockNet.from_pretrained(target, trained["block"]), gamma=4)
         else:
             folder = trained["eagle3" if method == "eagle3" else "eagle1"]
             drafter = EagleDrafter.from_pretrained(target, folder, dynamic=method == "eagle2")
