@@ -164,8 +164,11 @@ class EagleNet(nn.Module):
     def forward(self, feature: Tensor, tokens: Tensor, positions: Tensor, mask: Tensor | None = None,
                 cache=None) -> Tensor:
         """feature [B, n, H] and the next tokens [B, n] at positions [n] -> outputs o [B, n, H]."""
-        x = self.fc(torch.cat([self._embed(tokens).to(feature.dtype), feature], -1))  # [B, n, 2H] -> [B, n, H]
-        return self.layer(x, positions, mask, cache)  # [B, n, H]
+        return self.layer(self.inputs(feature, tokens), positions, mask, cache)  # [B, n, H]
+
+    def inputs(self, feature: Tensor, tokens: Tensor) -> Tensor:
+        """The layer's inputs for pairs: fc([embed(token); feature]), [B, n, 2H] -> [B, n, H]."""
+        return self.fc(torch.cat([self._embed(tokens).to(feature.dtype), feature], -1))
 
     def use_vocab(self, tokens: Tensor) -> None:
         """Score only `tokens` [Vd] (token ids) from now on: the draft vocabulary."""
@@ -319,13 +322,17 @@ class EagleDrafter(Drafter):
     def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
         """Replace the drafted nodes in the cache by the true pairs of the positions the target just read."""
         lm.keep(self.cache, self.n_true)  # drop the drafted nodes: their features were predictions
-        m = min(hidden[0].shape[0], ids.shape[1] - 1 - self.n_true)  # rows whose next token is committed
-        feature = self.net.true_feature([h[:m] for h in hidden])[None]  # [1, m, H]
-        tokens = ids[:, self.n_true + 1: self.n_true + 1 + m]  # [1, m] the token after each of those positions
-        positions = torch.arange(self.n_true, self.n_true + m)  # [m]
-        out = self.net(feature.to(self.net.fc.weight.dtype), tokens, positions, None, self.cache)  # [1, m, H]
-        self.n_true += m
+        x = self._true_pairs(ids, hidden)  # [1, m, H]
+        out = self.net.layer(x, torch.arange(self.n_true, self.n_true + x.shape[1]), None, self.cache)  # [1, m, H]
+        self.n_true += x.shape[1]
         self.root = out[0, -1]  # [H] the predicted feature of the pending token
+
+    def _true_pairs(self, ids: Tensor, hidden) -> Tensor:
+        """The layer's inputs [1, m, H] for the pairs of the positions the target just read whose next token is
+        committed: (feature of position p, token p + 1)."""
+        m = min(hidden[0].shape[0], ids.shape[1] - 1 - self.n_true)  # rows whose next token is committed
+        feature = self.net.true_feature([h[:m] for h in hidden])[None].to(self.net.fc.weight.dtype)  # [1, m, H]
+        return self.net.inputs(feature, ids[:, self.n_true + 1: self.n_true + 1 + m])  # tokens [1, m]
 
     @torch.no_grad()
     def propose(self, ids: Tensor, warp: Warp, limit: int) -> DraftTree:
@@ -484,11 +491,9 @@ class BlockDrafter(EagleDrafter):
     def commit(self, ids: Tensor, accepted: int, path: list[int], hidden) -> None:
         """One forward: the true pairs of the positions the target just read, then the placeholders after them."""
         lm.keep(self.cache, self.n_true)  # drop last round's placeholders
-        m = min(hidden[0].shape[0], ids.shape[1] - 1 - self.n_true)  # rows whose next token is committed
-        feature = self.net.true_feature([h[:m] for h in hidden])[None].to(self.net.fc.weight.dtype)  # [1, m, H]
-        tokens = ids[:, self.n_true + 1: self.n_true + 1 + m]  # [1, m] the token after each of those positions
-        x = self.net.fc(torch.cat([self.net._embed(tokens).to(feature.dtype), feature], -1))  # [1, m, H]
-        x = torch.cat([x, self.net.placeholder[None, : self.gamma - 1].to(x.dtype)], 1)  # [1, m + gamma - 1, H]
+        pairs = self._true_pairs(ids, hidden)  # [1, m, H]
+        m = pairs.shape[1]
+        x = torch.cat([pairs, self.net.placeholder[None, : self.gamma - 1].to(pairs.dtype)], 1)  # [1, m + gamma - 1, H]
         positions = torch.arange(self.n_true, self.n_true + x.shape[1])  # placeholders right after the pairs
         out = self.net.layer(x, positions, None, self.cache)  # [1, m + gamma - 1, H] causal after the cache
         self.n_true += m
