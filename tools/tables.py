@@ -89,15 +89,18 @@ def roofline(file: str) -> str:
 
 
 def _tau_caption(file: str, run: dict) -> str:
-    return _wrap(f"*From `{file}`: SmolLM2-135M-Instruct, {run['prompts']} held-out prompts, greedy, "
+    plain = (f" (and {run['plain_prompts']} openings of plain text to continue, outside the template: plain, not in "
+             "all)") if any("plain" in by for by in run["tau"].values()) else ""
+    return _wrap(f"*From `{file}`: SmolLM2-135M-Instruct, {run['prompts']} held-out prompts{plain}, greedy, "
                  f"{run['new_tokens']} new tokens each.*")
 
 
 def tau(file: str) -> str:
     run = json.loads((ROOT / file).read_text())
-    cats = list(next(iter(run["tau"].values())))
+    cats = list(dict.fromkeys(c for by in run["tau"].values() for c in by))  # plain: only rows run with --plain
     lines = ["| drafter | " + " | ".join(cats) + " |", "|---" * (len(cats) + 1) + "|"]
-    lines += [f"| {name} | " + " | ".join(f"{by[c]:.2f}" for c in cats) + " |" for name, by in run["tau"].items()]
+    lines += [f"| {name} | " + " | ".join(f"{by[c]:.2f}" if c in by else "–" for c in cats) + " |"
+              for name, by in run["tau"].items()]
     return _tau_caption(file, run) + "\n\n" + "\n".join(lines)
 
 
