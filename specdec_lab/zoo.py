@@ -200,13 +200,16 @@ def load_pair(name="tiny", device: str | None = None, dtype: torch.dtype | None 
     models on a GPU to bfloat16, or float16 on a GPU without native bf16 such as a T4 (gpu_dtype).
     """
     if isinstance(name, str) and name in MODELS:
-        from specdec_lab import draft_models, train_heads
+        from specdec_lab import draft_models, weights
 
         target, tok = load_model(name, device, dtype or torch.float32)
-        folder = train_heads.find(target).get("draft")  # distilled for these weights: shipped, or by train-heads
-        draft = (draft_models.load_distilled(target, folder) if folder
-                 else draft_models.early_exit_model(target, EARLY_EXIT))
-        return target, draft, tok
+        for folder in (Path(__file__).parent / "data" / "heads" / name, user_cache() / "heads" / name):
+            try:  # a draft model distilled for these weights: shipped, or by `train-heads --method draft`
+                weights.read_config(folder / "draft", target, "draft")
+            except (FileNotFoundError, ValueError):
+                continue
+            return target, draft_models.load_distilled(target, folder / "draft"), tok
+        return target, draft_models.early_exit_model(target, EARLY_EXIT), tok
     target_id, draft_id = resolve_pair(name)
     device = check_device(device or default_device())
     if dtype is None:
