@@ -56,10 +56,10 @@ def methods(model, found: dict, ablation: list[str] | None) -> dict:
     table["EAGLE-3, chain γ=3"] = lambda: EagleDrafter.from_pretrained(model, found["eagle3"], branching=[1] * 3)
     if "block" in found:
         table["block drafter, γ=3"] = lambda: BlockDrafter(BlockNet.from_pretrained(model, found["block"]), 3)
-    if "draft" in found:  # a draft model distilled from the target (`train-heads --method draft`)
+    if "draft" in found:  # a draft model distilled from the target (`train-heads --method draft`), read once
+        distilled = draft_models.load_distilled(model, found["draft"])
         for gamma in (3, 4):
-            table[f"draft model, chain γ={gamma}"] = lambda gamma=gamma: DraftModelDrafter(
-                draft_models.load_distilled(model, found["draft"]), gamma)
+            table[f"draft model, chain γ={gamma}"] = lambda gamma=gamma: DraftModelDrafter(distilled, gamma)
     table["early exit (8 of 30 layers, untrained), chain γ=3"] = lambda: DraftModelDrafter(
         draft_models.early_exit_model(model, zoo.EARLY_EXIT), 3)
     for name, folder in zip(ABLATION, ablation or []):
