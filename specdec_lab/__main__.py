@@ -230,7 +230,7 @@ def positive_float(text: str) -> float:
 
 
 def text_source(text: str) -> Path | str:
-    return text if text in ("chat", "chat-untemplated") else existing_folder(text)
+    return text if text in ("chat", "chat-untemplated", "chat-mixed") else existing_folder(text)
 
 
 def existing_folder(text: str) -> Path:
@@ -276,7 +276,8 @@ def train_heads(args) -> int:
     out = args.out or default_folder(target.config.name_or_path, args.method)
     try:
         train(target, tok, args.method, out, args.minutes, args.data, args.lm_head, steps=args.steps,
-              windows=args.windows, init=args.init, draft_layers=args.layers)
+              windows=args.windows, init=args.init, draft_layers=args.layers, memory_gb=args.memory,
+              answers=args.answers)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the same command resumes from the checkpoint in {out}")
         return 130
@@ -490,8 +491,8 @@ def main(argv=None) -> int:
     th.add_argument("--minutes", type=positive_float, help="time budget of the whole run, caching included (default: "
                     "the full recipe, however long it takes)")
     th.add_argument("--data", type=text_source, help="a folder of text files to train on, or chat (a chat model's "
-                    "own answers in its template) or chat-untemplated (the same without it) (default: the course "
-                    "corpus, the Python standard library)")
+                    "own answers in its template), chat-untemplated (the same without it) or chat-mixed (both) "
+                    "(default: the course corpus, the Python standard library)")
     th.add_argument("--out", type=folder, help="output folder (default: the user's cache, "
                     "~/.cache/specdec-lab/heads/<target>/<method>)")
     th.add_argument("--steps", type=positive_int, help="training steps (default: the recipe's, fewer to fit --minutes)")
@@ -502,6 +503,11 @@ def main(argv=None) -> int:
                     "layer; the placeholders start fresh), found where train-heads saved it or shipped")
     th.add_argument("--layers", type=positive_int, help="draft: how many of the target's first layers the draft "
                     "model copies and trains (default: the recipe's; at most half the target's)")
+    th.add_argument("--answers", type=positive_int, default=2, help="chat data: conversations per prompt in the "
+                    "template, the greedy answer and N - 1 sampled at T = 0.7 (default 2, shipped for the real model; "
+                    "more are generated once into the user cache)")
+    th.add_argument("--memory", type=positive_float, metavar="GB", help="the most host memory the target's cached "
+                    "states may take (default 2; fewer windows train where they do not fit, and the run says so)")
     th.add_argument("--threads", type=positive_int, help="CPU threads (default: torch's own choice)")
     bench = sub.add_parser("bench", help="benchmark a method against plain decoding and HF on the prompt suite")
     bench_arguments(bench)

@@ -430,9 +430,10 @@ def plain_ids(tok, text: str) -> torch.Tensor:
 
 @torch.no_grad()
 def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tokens: int = 128, batch: int = 24,
-                 progress: bool = True, temperature: float | None = None) -> list[dict]:
+                 progress: bool = True, temperature: float | None = None, draw: int = 1) -> list[dict]:
     """The target's greedy answer to every prompt: [{"id", "category", "prompt", "answer"}], in `prompts` order;
-    with a temperature, an answer sampled at it instead (seeded by the prompts' ids: a rerun writes the same).
+    with a temperature, an answer sampled at it instead (seeded by the prompts' ids and `draw`: a rerun writes the
+    same, another draw other answers).
 
     Answers already in `file` (JSON lines) to the same prompts are kept (an id's last line wins); the rest are
     generated in batches of similar length (left padding), each batch appended as soon as it is done, so a rerun
@@ -460,7 +461,8 @@ def self_answers(target, tok, prompts: list[dict], file: Path | str, max_new_tok
             sample = {"do_sample": temperature is not None}
             if temperature is not None:  # plain softmax at the temperature (no top-k, no top-p)
                 sample |= {"temperature": temperature, "top_k": 0, "top_p": 1.0}
-                torch.manual_seed(int(hashlib.sha1(rows[0]["id"].encode()).hexdigest()[:8], 16))
+                seed = rows[0]["id"] if draw == 1 else f"{rows[0]['id']}/{draw}"  # draw 1: the shipped answers'
+                torch.manual_seed(int(hashlib.sha1(seed.encode()).hexdigest()[:8], 16))
             out = target.generate(**enc, max_new_tokens=max_new_tokens, eos_token_id=eos, **sample,
                                   pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else eos)
             with file.open("a", encoding="utf-8") as f:

@@ -8,11 +8,12 @@ recipe of each method in RECIPES (the same table trains the zoo's own: `specdec-
 
 1. Text: the course corpus (the Python standard library's modules, on every machine, split 95/5 by file),
    a folder of your own text files (--data), or for a chat model `--data chat`: the target's own answers to
-   about a thousand prompts made from text on this machine, in its chat template (`chat`; generated once, then
-   kept in the user cache; `chat-untemplated`: the same answers without the template, to measure what it
-   does), tokenized with the target's tokenizer, cut into windows.
+   2,561 prompts made from text on this machine, in its chat template (`chat`; generated once, then kept in the
+   user cache; `chat-untemplated`: the greedy answers without the template, plain text; `chat-mixed`: both, for a
+   draft that serves chat and plain continuations), tokenized with the target's tokenizer, cut into windows.
 2. The frozen target reads every window once; its states wait in host memory (in bf16; their number is capped
-   so that they fit in about 2 GB) with its own greedy choices: the labels of self-distillation (`training`).
+   so that they fit in --memory, 2 GB unless told) with its own greedy choices: the labels of self-distillation
+   (`training`).
 3. Only the new module trains (`training.fit`: a progress bar with ETA, a checkpoint every minute that a rerun
    resumes from, and a step count sized to --minutes from a timed step).
 4. The weights (safetensors) and a config.json that records the recipe, the target's name, architecture, sizes and
@@ -52,8 +53,8 @@ RECIPES = {
     "draft": Recipe(steps=3000, lr=3e-4, clip=1.0, draft_layers=6, windows=3000, draft_vocab=8192),
 }
 METHODS = tuple(RECIPES)
-CHAT_DATA = ("chat", "chat-untemplated")  # --data values that build chat data from the target's own answers
-CACHE_BYTES = 2e9  # the most host memory the cached target states may take
+CHAT_DATA = ("chat", "chat-untemplated", "chat-mixed")  # --data values: chat data from the target's own answers
+CACHE_BYTES = 2e9  # the most host memory the cached target states may take, unless told (train's memory_gb)
 STATES_BYTES = 4e9  # the most disk the kept states may take (`stored_states` drops the least recently used)
 SHIPPED = Path(__file__).parent / "data" / "heads"  # <model name>/<method>: heads shipped for zoo.MODELS
 
@@ -184,39 +185,42 @@ def text_windows(tok, data: Path | str | list[str] | None, n: int, seq_len: int,
     return train, val, torch.stack([nxt[0][s: s + seq_len] for s in starts]), nxt[1][: k * seq_len].view(k, seq_len)
 
 
-def chat_texts(target, tok, kind: str = "chat", progress: bool = True) -> list[str]:
+def chat_texts(target, tok, kind: str = "chat", progress: bool = True, answers: int = 2) -> list[str]:
     """The target's own greedy answers to `chat.training_prompts()`, rendered in its chat template ("chat") or as
-    the bare prompt and answer ("chat-untemplated"); in the template, each prompt's text also holds a second
-    conversation, its answer sampled at `chat.TEMPERATURE` (more text of the kind the target writes; the two
-    conversations stay in one text, so a prompt validates or trains, never both). The package ships
-    the answers for SmolLM2-135M-Instruct's GGUF weights (`chat.shipped_answers`); other weights generate theirs
-    once into the user cache (a rerun resumes)."""
+    the bare prompt and answer ("chat-untemplated"); in the template, each prompt's text also holds `answers` - 1
+    more conversations, their answers sampled at `chat.TEMPERATURE` (more text of the kind the target writes; a
+    prompt's conversations stay in one text, so a prompt validates or trains, never both). The package ships
+    the greedy and one sampled answer for SmolLM2-135M-Instruct's GGUF weights (`chat.shipped_answers`); other
+    weights, and further samples, are generated once into the user cache (a rerun resumes)."""
     from specdec_lab import chat
     from specdec_lab.zoo import user_cache
 
     if getattr(tok, "chat_template", None) is None:
         raise ValueError(f"--data {kind}: this tokenizer has no chat template, so the target is not a chat model; "
                          "give a folder of text with --data, or leave --data out for the course corpus")
+    if answers < 1:
+        raise ValueError(f"answers={answers}: give 1 (the greedy answers) or more (and samples)")
     name = default_folder(target.config.name_or_path, "x").parent.name
     file = user_cache() / "data" / name / "chat_answers.jsonl"
     if chat.shipped_answers(target, name, file) and progress:
         print(f"the target's answers: the ones shipped for these weights, copied to {file}")
-    answers = chat.self_answers(target, tok, chat.training_prompts(), file, progress=progress)
+    rows = [chat.self_answers(target, tok, chat.training_prompts(), file, progress=progress)]
     if kind != "chat":
-        return [f"{a['prompt']}\n\n{a['answer']}" for a in answers]
-    file = file.with_name("chat_answers_sampled.jsonl")
-    if chat.shipped_answers(target, name, file, sampled=True) and progress:
-        print(f"the target's sampled answers: the ones shipped for these weights, copied to {file}")
-    sampled = chat.self_answers(target, tok, chat.training_prompts(), file, progress=progress,
-                                temperature=chat.TEMPERATURE)  # in the same order as answers
-    return ["".join(chat.conversations(tok, pair)) for pair in zip(answers, sampled)]
+        return [f"{a['prompt']}\n\n{a['answer']}" for a in rows[0]]
+    for draw in range(1, answers):
+        file = file.with_name(f"chat_answers_sampled{draw if draw > 1 else ''}.jsonl")
+        if draw == 1 and chat.shipped_answers(target, name, file, sampled=True) and progress:
+            print(f"the target's sampled answers: the ones shipped for these weights, copied to {file}")
+        rows.append(chat.self_answers(target, tok, chat.training_prompts(), file, progress=progress,
+                                      temperature=chat.TEMPERATURE, draw=draw))  # in the same order as rows[0]
+    return ["".join(chat.conversations(tok, same)) for same in zip(*rows)]
 
 
-def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True):
+def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True, keep: float = STATES_BYTES):
     """training.cache_states(target, windows, layers), kept on disk in the user cache, so that training the next
     method on the same windows skips the target's forwards: a file made for a superset of `layers` serves too. The
     key is the target's fingerprint (its config and an LM-head probe, not its path) and the windows' tokens. The
-    folder is kept under STATES_BYTES: a new file pushes out the files least recently used."""
+    folder is kept under `keep` bytes: a new file pushes out the files least recently used."""
     from specdec_lab.zoo import user_cache
 
     folder = user_cache() / "states"
@@ -237,7 +241,7 @@ def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = Tru
     total = 0
     for old in kept:
         total += old.stat().st_size
-        if total > STATES_BYTES and old != file:
+        if total > keep and old != file:
             old.unlink()
     if progress:
         print(f"kept the target's states in {file} ({file.stat().st_size / 1e6:.0f} MB)")
@@ -279,34 +283,59 @@ def _start_from(module, target, method: str) -> None:
     module.load_state_dict(trained, strict=False)
 
 
-def _cached(target, tok, data, recipe: Recipe, layers, progress: bool) -> tuple[tuple, tuple]:
+def shared_windows(tok, texts: dict, n: int, seq_len: int, seed: int = 0) -> list[tuple]:
+    """[(train [n_k, T], val [m_k, T], scored [n_k, T] or None, v_scored)] for each text of {kind: text}
+    (`text_windows`' data), the n windows shared in proportion to their tokens; kind "chat" (conversations in the
+    template) scores the positions whose next token is the assistant's, any other kind every position (None)."""
+    sizes = [1] if len(texts) == 1 else [len(token_stream(text, tok)) for text in texts.values()]
+    parts = []
+    for (kind, text), size in zip(texts.items(), sizes):
+        x, val, *scored = text_windows(tok, text, max(1, round(n * size / sum(sizes))), seq_len, seed,
+                                       answers=kind == "chat")
+        parts.append((x, val, *(scored or [None, None])))
+    return parts
+
+
+def _cached(target, tok, data, recipe: Recipe, layers, progress: bool, keep: float,
+            answers: int = 2) -> tuple[tuple, tuple]:
     """((x, states, labels), (val, v_states, v_labels)) for training and validation: the windows of `data` [N, T],
     the target's states over them [N, T, S, H] (`stored_states`) and its own choices, labels[:, t] for token t + 1
-    [N, T]; with --data chat, -100 (not scored) wherever the next token is not the assistant's."""
+    [N, T]; in the chat template, -100 (not scored) wherever the next token is not the assistant's. "chat-mixed"
+    joins the windows of "chat" (answers scored) and of "chat-untemplated" (every position scored: plain text has
+    no turns), recipe.windows shared between them in proportion to their tokens."""
     if isinstance(data, tuple):  # windows already cut
-        (x, val), scored = data, []
+        parts = [(*data, None, None)]
     else:
-        text = chat_texts(target, tok, data, progress) if data in CHAT_DATA else data
-        x, val, *scored = text_windows(tok, text, recipe.windows, recipe.seq_len, recipe.seed, answers=data == "chat")
-    (states, labels), (v_states, v_labels) = (stored_states(target, w, layers, progress) for w in (x, val))
-    if scored:  # in the chat template: score only the positions whose next token is the assistant's
-        labels, v_labels = labels.masked_fill(~scored[0], -100), v_labels.masked_fill(~scored[1], -100)
-        if progress:
-            print(f"scoring the answers only, {scored[0].float().mean():.0%} of the positions")
+        kinds = ("chat", "chat-untemplated") if data == "chat-mixed" else (data,)
+        texts = {kind: chat_texts(target, tok, kind, progress, answers) if kind in CHAT_DATA else kind
+                 for kind in kinds}
+        parts = shared_windows(tok, texts, recipe.windows, recipe.seq_len, recipe.seed)
+    out = []
+    for x, val, scored, v_scored in parts:
+        (states, labels), (v_states, v_labels) = (stored_states(target, w, layers, progress, keep) for w in (x, val))
+        if scored is not None:  # in the chat template: score only the positions whose next token is the assistant's
+            labels, v_labels = labels.masked_fill(~scored, -100), v_labels.masked_fill(~v_scored, -100)
+            if progress:
+                print(f"scoring the answers only in the template's {len(x):,} windows, {scored.float().mean():.0%} "
+                      "of their positions")
+        out.append((x, states, labels, val, v_states, v_labels))
+    x, states, labels, val, v_states, v_labels = (torch.cat(t) if len(out) > 1 else t[0] for t in zip(*out))
     return (x, states, labels), (val, v_states, v_labels)
 
 
 def train(target, tok, method: str, out: Path | str, minutes: float | None = None, data=None, lm_head: str = "own",
-          progress: bool = True, **changes) -> dict:
+          progress: bool = True, memory_gb: float | None = None, answers: int = 2, **changes) -> dict:
     """Train `method` ("medusa", "eagle1", "eagle3", "draft") for the frozen `target` by RECIPES[method], save it to
     `out`; its card (dict).
 
     minutes: the whole run's budget (caching included): the step count is sized from a timed step, and training
     stops at the deadline in any case (its checkpoint kept, so a rerun goes on). data: None (the course corpus),
-    a folder of text files, "chat" or "chat-untemplated" (`text_windows`, `chat_texts`), or windows already cut,
-    (training [N, T], validation [M, T]) token ids (the zoo's). changes: `Recipe` fields to replace (None: kept),
+    a folder of text files, "chat", "chat-untemplated" or "chat-mixed" (`text_windows`, `chat_texts`,
+    `shared_windows`), or windows already cut, (training [N, T], validation [M, T]) token ids (the zoo's). changes: `Recipe` fields to replace (None: kept),
     such as steps, windows, seq_len (tests use a few) or mlp. lm_head: Medusa's, "own" (published) or "shared"
-    (the target's, frozen).
+    (the target's, frozen). answers: with chat data, the conversations per prompt in the template (`chat_texts`:
+    the greedy answer and answers - 1 sampled). memory_gb: the most host memory the target's cached states may
+    take (default CACHE_BYTES, 2 GB: EAGLE-3's four states per token fit about 1,700 windows of SmolLM2-135M).
     """
     if method not in RECIPES:
         raise ValueError(f"method {method!r}: use one of {', '.join(METHODS)}")
@@ -329,9 +358,15 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
         _start_from(module, target, recipe.init)
     layers = getattr(module, "layers", ())  # EAGLE-3's fused layers; () for the last state only
     H = target.config.get_text_config().hidden_size
-    cap = int(CACHE_BYTES // (recipe.seq_len * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
+    memory = CACHE_BYTES if memory_gb is None else 1e9 * memory_gb
+    cap = int(memory // (recipe.seq_len * (len(layers) + 1) * H * 2))  # windows whose bf16 states fit
+    if progress and recipe.windows > cap:
+        print(f"{method}: {cap:,} of {recipe.windows:,} windows fit the states' memory of {memory / 1e9:g} GB "
+              "(--memory raises it)")
     recipe = replace(recipe, windows=max(1, min(recipe.windows, cap)))
-    (x, states, labels), (val, v_states, v_labels) = _cached(target, tok, data, recipe, layers, progress)
+    keep = max(STATES_BYTES, 2 * memory)  # the disk kept for states: this run's file and another
+    (x, states, labels), (val, v_states, v_labels) = _cached(target, tok, data, recipe, layers, progress, keep,
+                                                             answers)
     if progress:
         print(f"{method}: cached the target's states over {x.numel():,} tokens in {time.monotonic() - t0:.0f} s")
     V, Vd = target.config.get_text_config().vocab_size, recipe.draft_vocab
@@ -380,9 +415,12 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     card = {**weights.fingerprint(target), "method": method, "config": asdict(recipe), "labels": "self-distilled",
             "log": log, "finished": finished, "seconds": round(time.monotonic() - t0, 1),
             "threads": torch.get_num_threads(), "val_accuracy_vs_target": [round(a, 4) for a in acc[1]],
-            "scored": "the answers" if data == "chat" else "all",
+            "scored": {"chat": "the answers", "chat-mixed": "the answers in the template, all without it"}.get(
+                data if isinstance(data, str) else None, "all"),
             "data": "the course corpus (Python standard library)" if data is None or isinstance(data, tuple) else
             str(data)}
+    if isinstance(data, str) and data in ("chat", "chat-mixed"):
+        card["answers"] = answers  # conversations per prompt in the template
     if recipe.draft_vocab:
         card["draft_vocab_coverage"] = round(covered, 4)
     if recipe.version is None and not recipe.draft_layers:

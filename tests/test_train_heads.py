@@ -395,6 +395,51 @@ def test_chat_training_scores_only_the_positions_whose_next_token_is_the_assista
         chat.answer_mask(Flat(), ids)
 
 
+def test_a_mixture_shares_the_windows_by_tokens_and_scores_plain_text_everywhere():
+    from specdec_lab import chat
+
+    tok = ChatMarks()
+    rows = [{"prompt": f"question {i}?", "answer": f"answer {i}" + "!" * (i % 7)} for i in range(400)]
+    texts = {"chat": chat.conversations(tok, rows),
+             "chat-untemplated": [f"{r['prompt']}\n\n{r['answer']}" for r in rows]}
+    tokens = [len(train_heads.token_stream(t, tok)) for t in texts.values()]
+    (x, val, scored, v_scored), (u, u_val, none, v_none) = train_heads.shared_windows(tok, texts, 60, 32)
+    assert len(x) + len(u) == 60 and abs(len(x) / 60 - tokens[0] / sum(tokens)) < 0.02, "shared by tokens"
+    assert tokens[0] > tokens[1], "the template's own tokens make its text the longer"
+    assert scored.shape == x.shape and v_scored.shape == val.shape and 0 < scored.float().mean() < 0.6
+    assert none is None and v_none is None, "plain text: every position scored"
+    assert not (u == 1).any() and (x == 1).any(), "no template in the plain text"
+    (alone, *_), = train_heads.shared_windows(tok, {"chat": texts["chat"]}, 60, 32)
+    assert torch.equal(alone, train_heads.text_windows(tok, texts["chat"], 60, 32)[0]), "one text: as before"
+
+
+def test_more_answers_per_prompt_are_further_sampled_draws_each_in_a_file_of_its_own(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from specdec_lab import chat, zoo
+
+    calls = []
+
+    def self_answers(target, tok, prompts, file, progress=True, temperature=None, draw=1):
+        calls.append((Path(file).name, temperature, draw))
+        return [{**p, "answer": f"{Path(file).stem} to {p['id']}"} for p in prompts[:3]]
+
+    monkeypatch.setattr(chat, "self_answers", self_answers)
+    monkeypatch.setattr(chat, "shipped_answers", lambda *args, **kwargs: False)
+    monkeypatch.setattr(zoo, "user_cache", lambda: tmp_path)
+    target = SimpleNamespace(config=SimpleNamespace(name_or_path="some/chat-model"))
+    texts = train_heads.chat_texts(target, ChatMarks(), "chat", progress=False, answers=3)
+    assert calls == [("chat_answers.jsonl", None, 1), ("chat_answers_sampled.jsonl", chat.TEMPERATURE, 1),
+                     ("chat_answers_sampled2.jsonl", chat.TEMPERATURE, 2)], "draw 1 is the shipped samples' file"
+    assert len(texts) == 3 and all(t.count("<s>assistant") == 3 for t in texts), "a prompt's answers in one text"
+    assert "chat_answers_sampled2 to" in texts[0]
+    calls.clear()
+    plain = train_heads.chat_texts(target, ChatMarks(), "chat-untemplated", progress=False, answers=3)
+    assert [c[0] for c in calls] == ["chat_answers.jsonl"] and "<s>" not in plain[0], "plain: the greedy answers"
+    with pytest.raises(ValueError, match="answers=0"):
+        train_heads.chat_texts(target, ChatMarks(), "chat", progress=False, answers=0)
+
+
 def test_unscored_labels_stay_unscored_in_the_draft_vocabulary_and_in_accuracy():
     from specdec_lab import vocab
 
