@@ -331,11 +331,12 @@ def train(target, tok, method: str, out: Path | str, minutes: float | None = Non
     minutes: the whole run's budget (caching included): the step count is sized from a timed step, and training
     stops at the deadline in any case (its checkpoint kept, so a rerun goes on). data: None (the course corpus),
     a folder of text files, "chat", "chat-untemplated" or "chat-mixed" (`text_windows`, `chat_texts`,
-    `shared_windows`), or windows already cut, (training [N, T], validation [M, T]) token ids (the zoo's). changes: `Recipe` fields to replace (None: kept),
-    such as steps, windows, seq_len (tests use a few) or mlp. lm_head: Medusa's, "own" (published) or "shared"
-    (the target's, frozen). answers: with chat data, the conversations per prompt in the template (`chat_texts`:
-    the greedy answer and answers - 1 sampled). memory_gb: the most host memory the target's cached states may
-    take (default CACHE_BYTES, 2 GB: EAGLE-3's four states per token fit about 1,700 windows of SmolLM2-135M).
+    `shared_windows`), or windows already cut, (training [N, T], validation [M, T]) token ids (the zoo's).
+    changes: `Recipe` fields to replace (None: kept), such as steps, windows, seq_len (tests use a few) or mlp.
+    lm_head: Medusa's, "own" (published) or "shared" (the target's, frozen). answers: with chat data, the
+    conversations per prompt in the template (`chat_texts`: the greedy answer and answers - 1 sampled).
+    memory_gb: the most host memory the target's cached states may take (default CACHE_BYTES, 2 GB: EAGLE-3's
+    four states per token fit about 1,700 windows of SmolLM2-135M).
     """
     if method not in RECIPES:
         raise ValueError(f"method {method!r}: use one of {', '.join(METHODS)}")
