@@ -216,11 +216,11 @@ def chat_texts(target, tok, kind: str = "chat", progress: bool = True, answers: 
     return ["".join(chat.conversations(tok, same)) for same in zip(*rows)]
 
 
-def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True, keep: float = STATES_BYTES):
+def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = True, keep: float | None = None):
     """training.cache_states(target, windows, layers), kept on disk in the user cache, so that training the next
     method on the same windows skips the target's forwards: a file made for a superset of `layers` serves too. The
     key is the target's fingerprint (its config and an LM-head probe, not its path) and the windows' tokens. The
-    folder is kept under `keep` bytes: a new file pushes out the files least recently used."""
+    folder is kept under `keep` bytes (default STATES_BYTES): a new file pushes out the files least recently used."""
     from specdec_lab.zoo import user_cache
 
     folder = user_cache() / "states"
@@ -241,7 +241,7 @@ def stored_states(target, windows: torch.Tensor, layers=(), progress: bool = Tru
     total = 0
     for old in kept:
         total += old.stat().st_size
-        if total > keep and old != file:
+        if total > (STATES_BYTES if keep is None else keep) and old != file:
             old.unlink()
     if progress:
         print(f"kept the target's states in {file} ({file.stat().st_size / 1e6:.0f} MB)")

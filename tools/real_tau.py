@@ -138,7 +138,8 @@ def main() -> None:
     elif args.json:
         out = {name: {c: round(by[c][0] / by[c][1], 3) for c in cats} for name, by in table.items()}
         trained = {m: {k: card.get(k) for k in ("data", "seconds", "val_accuracy_vs_target", "draft_vocab_coverage")}
-                   | {"steps": card["config"]["steps"], "windows": card["config"]["windows"]}
+                   | {"steps": card["config"]["steps"], "windows": card["config"]["windows"],
+                      "scored": card.get("scored") or "all"}  # runs before answer masking scored every position
                    for m, card in cards.items()}
         file = Path(args.json)
         old = json.loads(file.read_text()) if file.exists() else {"new_tokens": args.new, "tau": {}, "heads": {}}

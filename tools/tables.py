@@ -106,12 +106,12 @@ def tau(file: str) -> str:
 
 def heads(file: str) -> str:
     run = json.loads((ROOT / file).read_text())
-    lines = ["| draft | data | windows | steps | minutes | agreement 1, 2, 3 tokens ahead |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| draft | data | scored | windows | steps | minutes | agreement 1, 2, 3 tokens ahead |",
+             "|---|---|---|---|---|---|---|"]
     for name, h in run["heads"].items():
         agree = ", ".join(f"{a:.2f}" for a in h["val_accuracy_vs_target"][:3])
-        lines.append(f"| {name} | `{h['data']}` | {h['windows']:,} | {h['steps']:,} | {h['seconds'] / 60:.0f} | "
-                     f"{agree} |")
+        lines.append(f"| {name} | `{h['data']}` | {h.get('scored', '–')} | {h['windows']:,} | {h['steps']:,} | "
+                     f"{h['seconds'] / 60:.0f} | {agree} |")
     return _tau_caption(file, run) + "\n\n" + "\n".join(lines)
 
 
