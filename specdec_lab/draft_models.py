@@ -73,11 +73,8 @@ def fake_quantize(weight: Tensor, bits: int = 4, group_size: int = 32) -> Tensor
     out_features, in_features = weight.shape
     if in_features % group_size:
         raise checks.ArgumentError(f"in_features {in_features} is not a multiple of group_size {group_size}")
-    levels = 2 ** (bits - 1) - 1  # 7 for int4: values -7..7
-    w = weight.float().reshape(out_features, in_features // group_size, group_size)  # [out, groups, g]
-    scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-12) / levels  # [out, groups, 1]
-    q = (w / scale).round().clamp(-levels, levels)  # [out, groups, g] integers
-    return (q * scale).reshape(out_features, in_features).to(weight.dtype)  # [out, in]
+    q, scale = weights.quantize(weight, bits, group_size)  # [out, in] integers (-7..7 for int4), [out, groups, 1]
+    return (q.reshape(*scale.shape[:2], group_size) * scale).reshape(out_features, in_features).to(weight.dtype)
 
 
 def fake_quantized_model(target, bits: int = 4, group_size: int = 32):

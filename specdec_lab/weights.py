@@ -35,6 +35,16 @@ ARCHITECTURE = ("model_type", "hidden_size", "intermediate_size", "num_hidden_la
                 "layer_norm_epsilon", "max_position_embeddings")
 
 
+def quantize(weight: torch.Tensor, bits: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric rounding of each `group` weights of a row: (q [rows, columns], integers in -L..L stored as float,
+    scale [rows, columns / group, 1]), L = 2**(bits - 1) - 1 and scale = the group's largest |weight| / L; the weight
+    is about q * scale, group by group."""
+    levels = 2 ** (bits - 1) - 1                                               # 127 for int8, 7 for int4
+    w = weight.float().reshape(weight.shape[0], -1, group)                     # [rows, columns / group, group]
+    scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-12) / levels           # [rows, columns / group, 1]
+    return (w / scale).round().clamp(-levels, levels).reshape(weight.shape), scale
+
+
 def save(module: nn.Module, folder: Path | str, method: str, config: dict, int8: bool = False) -> None:
     """module's state dict in folder/FILES[method] (bfloat16: half the bytes) and `config` in config.json beside it.
     int8: every matrix as int8, with a float32 scale for each GROUP weights of a row, their largest |weight| / 127
@@ -47,9 +57,8 @@ def save(module: nn.Module, folder: Path | str, method: str, config: dict, int8:
     for k, v in module.state_dict().items():
         v = v.detach()
         if int8 and v.is_floating_point() and v.dim() == 2 and v.shape[1] % GROUP == 0:
-            w = v.float().reshape(v.shape[0], -1, GROUP)                           # [rows, columns / GROUP, GROUP]
-            scale = w.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127          # [rows, columns / GROUP, 1]
-            state[k], state[k + SCALE] = (w / scale).round().to(torch.int8).reshape(v.shape), scale
+            q, scale = quantize(v, 8, GROUP)
+            state[k], state[k + SCALE] = q.to(torch.int8), scale
         else:
             state[k] = v.to(torch.bfloat16) if v.is_floating_point() else v  # ids stay ints
     save_file({k: v.contiguous() for k, v in state.items()}, folder / FILES[method])
